@@ -1,0 +1,34 @@
+# Two commands for learners and CI:
+#   make lab   set up .venv if needed, then open JupyterLab on the course
+#   make test  set up .venv if needed, then run ruff, the unit tests and every notebook
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: lab test venv lint clean
+
+venv: $(STAMP)
+
+# Re-install whenever pyproject.toml changes; the stamp records a finished install.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version.split()[0]'
+	@test -x $(BIN)/python || { echo "Creating $(VENV) ..."; $(PYTHON) -m venv $(VENV); }
+	@echo "Installing the course into $(VENV) (first time: about a minute) ..."
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@$(BIN)/python -c 'import torch; print("torch", torch.__version__, "| CUDA available:", torch.cuda.is_available())'
+	@touch $(STAMP)
+
+lab: venv
+	@echo "Starting JupyterLab on notebooks/ (stop it with Ctrl-C, then y) ..."
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+lint: venv
+	$(BIN)/ruff check course_utils tests notebooks
+	$(BIN)/ruff format --check course_utils tests
+
+test: venv lint
+	$(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,59 @@
+"""Interactive attention heatmaps: move a control, the weights are recomputed and redrawn.
+
+Nothing here trains: a widget only calls the ``compute`` function you give it (a forward
+pass, a softmax at a new temperature, ...) and draws what comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from IPython.display import display
+
+from .plotting import _to_numpy, plot_attention
+
+
+def heatmap_explorer(
+    compute: Callable[..., object],
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    title: str | Callable[..., str] | None = None,
+    xlabel: str = "key position",
+    ylabel: str = "query position",
+    vmax: float | None = 1.0,
+    **controls,
+) -> widgets.interactive:
+    """An ``ipywidgets.interactive`` that redraws ``compute(**values)`` as a heatmap.
+
+    ``compute`` receives the current value of every control by name and returns either a
+    ``(Lq, Lk)`` weight matrix, or a tuple ``(weights, x_labels, y_labels)`` when the labels
+    change with the controls. ``controls`` are ipywidgets controls or the abbreviations
+    ``interactive`` accepts (``(0.1, 5.0, 0.1)`` for a float slider, a list for a dropdown).
+    ``title`` may be a function of the same values.
+
+    The returned object's ``.result`` holds the last weights as a NumPy array, so a test (or
+    a learner) can set ``explorer.children[i].value`` and read what was drawn::
+
+        explorer = heatmap_explorer(lambda t: softmax(scores / t), t=(0.1, 5.0, 0.1))
+        display(explorer)
+    """
+    if not controls:
+        raise ValueError(
+            "heatmap_explorer needs at least one control, e.g. temperature=(0.1, 5, 0.1)"
+        )
+
+    def draw(**values):
+        out = compute(**values)
+        xl, yl = x_labels, y_labels
+        if isinstance(out, tuple):
+            out, xl, yl = out
+        weights = _to_numpy(out)
+        text = title(**values) if callable(title) else title
+        fig = plot_attention(weights, xl, yl, title=text, xlabel=xlabel, ylabel=ylabel, vmax=vmax)
+        display(fig)
+        plt.close(fig)  # shown once in the widget's output, never again at the cell's end
+        return weights
+
+    return widgets.interactive(draw, **controls)

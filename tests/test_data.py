@@ -1,0 +1,141 @@
+"""The seeded task generators, the vocabulary and batching."""
+
+import doctest
+import re
+
+import pytest
+import torch
+
+from course_utils import data
+
+
+def test_docstring_examples_run():
+    result = doctest.testmod(data, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_module_docstring_examples_are_what_the_generator_gives():
+    lines = re.findall(r"^\s+(\w+):\s+([a-z ]+?)\s+->\s+([a-z ]+)$", data.__doc__, re.M)
+    assert {task for task, _, _ in lines} == set(data.TASKS)
+    for task, src, tgt in lines:
+        made = data.make_split(task, "train", n=1, lengths=[6], seed=1)
+        assert made.show(0) == f"{src} -> {tgt}"
+
+
+@pytest.mark.parametrize("task", sorted(data.TASKS))
+def test_targets_follow_the_task_rule(task):
+    rule = {"copy": lambda s: s, "reverse": lambda s: s[::-1], "sort": sorted}[task]
+    pairs = data.make_split(task, "val", n=50, lengths=range(1, 12), seed=3)
+    for src, tgt in zip(pairs.src, pairs.tgt, strict=True):
+        assert tgt == list(rule(src))
+
+
+def test_same_seed_same_data_other_seed_other_data():
+    a = data.make_splits("reverse", range(4, 10), 100, 20, 20, seed=7)
+    b = data.make_splits("reverse", range(4, 10), 100, 20, 20, seed=7)
+    c = data.make_splits("reverse", range(4, 10), 100, 20, 20, seed=8)
+    for split in data.SPLITS:
+        assert a[split].src == b[split].src and a[split].tgt == b[split].tgt
+    assert a["train"].src != c["train"].src
+
+
+def test_splits_never_overlap_and_are_internally_distinct():
+    # Short sequences over 3 symbols: only 3^2 + 3^3 + 3^4 = 117 exist, so overlap would show.
+    vocab = data.letter_vocab(3)
+    splits = data.make_splits("copy", range(2, 5), 60, 6, 6, vocab=vocab, seed=0)
+    sets = {name: {tuple(s) for s in split.src} for name, split in splits.items()}
+    for name, split in splits.items():
+        assert len(sets[name]) == len(split), f"{name} repeats an example"
+    assert not sets["train"] & sets["val"]
+    assert not sets["train"] & sets["test"]
+    assert not sets["val"] & sets["test"]
+
+
+def test_a_split_does_not_depend_on_the_size_of_the_others():
+    small = data.make_splits("reverse", range(4, 8), 10, 5, 5, seed=0)
+    large = data.make_splits("reverse", range(4, 8), 10, 50, 500, seed=0)
+    assert small["train"].src == large["train"].src
+
+
+def test_lengths_are_the_ones_asked_for():
+    pairs = data.make_split("copy", "train", n=300, lengths=[4, 9, 30], seed=0)
+    assert set(pairs.lengths().tolist()) == {4, 9, 30}
+
+
+def test_impossible_request_says_why():
+    with pytest.raises(ValueError, match="could not draw 50 distinct"):
+        data.make_split("copy", "train", n=50, lengths=[1], vocab=data.letter_vocab(3))
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"task": "shuffle"}, ["task", "shuffle"]),
+        ({"split": "dev"}, ["split", "dev"]),
+        ({"lengths": []}, ["lengths"]),
+        ({"lengths": [0, 3]}, ["lengths"]),
+        ({"n": 0}, ["n must be positive"]),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, words):
+    args = {"task": "copy", "split": "train", "n": 5, "lengths": [4], "seed": 0} | kwargs
+    with pytest.raises(ValueError) as info:
+        data.make_split(**args)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_vocab_round_trip_and_specials():
+    v = data.letter_vocab(5)
+    assert v.itos[:3] == list(data.SPECIALS) and v.symbols == list("abcde")
+    ids = v.encode(list("cab"))
+    assert v.decode(ids) == list("cab")
+    assert v.decode([v.bos_id] + ids + [v.eos_id, 5, v.pad_id]) == list("cab")
+    assert v.decode([v.bos_id, 3, v.eos_id], strip=False) == ["<bos>", "a", "<eos>"]
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        v.encode(["z"])
+    with pytest.raises(ValueError, match="unique"):
+        data.Vocab(["a", "a"])
+    with pytest.raises(ValueError, match="special"):
+        data.Vocab(["a", "<pad>"])
+
+
+def test_batch_layout_for_teacher_forcing():
+    v = data.letter_vocab(5)
+    pairs = [
+        (v.encode(list("abc")), v.encode(list("cba"))),
+        (v.encode(list("de")), v.encode(list("ed"))),
+    ]
+    b = data.make_batch(pairs, v)
+    assert b.src.shape == (2, 3) and b.src_len.tolist() == [3, 2]
+    assert b.src[1, 2] == v.pad_id
+    # tgt_in is <bos> + target, tgt_out is target + <eos>: the decoder predicts one step ahead
+    assert b.tgt_in[0].tolist() == [v.bos_id] + v.encode(list("cba"))
+    assert b.tgt_out[0].tolist() == v.encode(list("cba")) + [v.eos_id]
+    assert b.tgt_out[1].tolist() == v.encode(list("ed")) + [v.eos_id, v.pad_id]
+    assert torch.equal(
+        b.tgt_in[:, 1:], b.tgt_out[:, :-1].masked_fill(b.tgt_out[:, :-1] == v.eos_id, v.pad_id)
+    )
+    assert b.src_mask.tolist() == [[True, True, True], [True, True, False]]
+
+
+def test_batches_cover_every_example_once_and_shuffle_is_seeded():
+    pairs = data.make_split("copy", "train", n=23, lengths=range(3, 6), seed=0)
+    seen = [
+        tuple(row[:n].tolist())
+        for b in data.batches(pairs, 5)
+        for row, n in zip(b.src, b.src_len, strict=True)
+    ]
+    assert sorted(seen) == sorted(tuple(s) for s in pairs.src)
+    first = [b.src for b in data.batches(pairs, 5, shuffle=True, seed=1)]
+    again = [b.src for b in data.batches(pairs, 5, shuffle=True, seed=1)]
+    assert all(torch.equal(x, y) for x, y in zip(first, again, strict=True))
+    stream = data.infinite_batches(pairs, 5, seed=0)
+    assert sum(next(stream).src.shape[0] for _ in range(10)) == 23 * 2  # 10 batches = 2 epochs
+
+
+def test_pad_sequences():
+    out = data.pad_sequences([[5, 6, 7], [8]], pad_id=0)
+    assert out.tolist() == [[5, 6, 7], [8, 0, 0]] and out.dtype == torch.long
+    with pytest.raises(ValueError, match="seqs"):
+        data.pad_sequences([], pad_id=0)

@@ -1,0 +1,89 @@
+"""Plot helpers return labelled figures; widgets recompute when a control changes."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from course_utils import plotting, widgets
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_plot_attention_labels_both_axes():
+    w = torch.softmax(torch.randn(3, 4), -1)
+    fig = plotting.plot_attention(w, x_labels=list("abcd"), y_labels=list("xyz"), title="toy")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == list("abcd")
+    assert [t.get_text() for t in ax.get_yticklabels()] == list("xyz")
+    assert ax.get_title() == "toy" and ax.get_xlabel() and ax.get_ylabel()
+    np.testing.assert_allclose(ax.collections[0].get_array().reshape(3, 4), w.numpy(), rtol=1e-6)
+
+
+def test_plot_attention_rejects_wrong_labels_and_shapes():
+    with pytest.raises(ValueError, match="x_labels has 3 labels for 4 positions"):
+        plotting.plot_attention(np.ones((2, 4)), x_labels=list("abc"))
+    with pytest.raises(ValueError, match=r"2-D.*\(2, 3, 4\)"):
+        plotting.plot_attention(np.ones((2, 3, 4)))
+
+
+def test_plot_helpers_leave_global_settings_alone():
+    before = dict(matplotlib.rcParams)
+    plotting.plot_attention(np.eye(3))
+    plotting.plot_history({"step": [1, 2], "train_loss": [2.0, 1.0], "acc": [0.1, 0.5]})
+    plotting.plot_accuracy_by_length({"m": {4: 1.0, 5: 0.5}}, train_lengths=range(4, 6))
+    assert dict(matplotlib.rcParams) == before
+
+
+def test_plot_history_and_accuracy_by_length_are_labelled():
+    fig = plotting.plot_history(
+        {"step": [1, 2], "train_loss": [2.0, 1.0], "acc": [0.1, 0.5]}, title="run"
+    )
+    assert len(fig.axes) == 2 and all(ax.get_title() and ax.get_xlabel() for ax in fig.axes)
+    fig = plotting.plot_accuracy_by_length({"small": {4: 1.0, 8: 0.2}, "big": {4: 1.0, 8: 0.9}})
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["small", "big"]
+    assert list(ax.get_lines()[1].get_ydata()) == [1.0, 0.9]
+    with pytest.raises(ValueError, match="history needs"):
+        plotting.plot_history({"loss": [1.0]})
+
+
+def test_heatmap_explorer_recomputes_when_a_control_moves():
+    scores = torch.tensor([[2.0, 1.0, 0.0], [0.0, 0.5, 3.0]])
+    calls = []
+
+    def compute(temperature):
+        calls.append(temperature)
+        return torch.softmax(scores / temperature, -1)
+
+    explorer = widgets.heatmap_explorer(
+        compute, list("abc"), ["q1", "q2"], temperature=(0.1, 5.0, 0.1)
+    )
+    slider = explorer.children[0]
+    slider.value = 0.2
+    sharp = explorer.result
+    slider.value = 5.0
+    flat = explorer.result
+    assert calls[-2:] == [0.2, 5.0]
+    np.testing.assert_allclose(sharp, torch.softmax(scores / 0.2, -1).numpy(), rtol=1e-6)
+    assert sharp.max() > flat.max()  # a low temperature sharpens attention
+    assert not plt.get_fignums()  # each redraw closes its figure
+
+
+def test_heatmap_explorer_labels_may_change_with_the_controls():
+    def compute(n):
+        return np.full((1, n), 1.0 / n), [f"k{i}" for i in range(n)], ["q"]
+
+    explorer = widgets.heatmap_explorer(compute, n=[2, 3, 4], title=lambda n: f"{n} keys")
+    explorer.children[0].value = 4
+    assert explorer.result.shape == (1, 4)
+    with pytest.raises(ValueError, match="at least one control"):
+        widgets.heatmap_explorer(lambda: np.eye(2))

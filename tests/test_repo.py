@@ -1,0 +1,106 @@
+"""Repository rules: pinned environments agree, notebooks are stored clean."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: pytest brings tomli
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name, where they differ
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_pins(specs, source):
+    pins = {}
+    for spec in specs:
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", spec.strip())
+        assert match, f"{source}: {spec!r} is not pinned with =="
+        name = normalise(CONDA_NAMES.get(match[1], match[1]))
+        pins[name] = match[2]
+    return pins
+
+
+def pyproject_pins():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = project["dependencies"] + [
+        s for group in project["optional-dependencies"].values() for s in group
+    ]
+    return parse_pins(specs, "pyproject.toml")
+
+
+def conda_pins():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"]
+    specs = [
+        d for d in env["dependencies"] if isinstance(d, str) and not d.startswith(("python", "pip"))
+    ]
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert pip_section == ["-e ."], "environment.yml installs the course itself with pip"
+    return parse_pins(specs, "environment.yml")
+
+
+def test_environment_yml_and_pyproject_agree():
+    py, conda = pyproject_pins(), conda_pins()
+    assert set(py) == set(conda), (
+        f"only in pyproject: {set(py) - set(conda)}; only in environment.yml: {set(conda) - set(py)}"
+    )
+    differ = {name: (py[name], conda[name]) for name in py if py[name] != conda[name]}
+    assert not differ, f"versions differ (pyproject, environment.yml): {differ}"
+
+
+def test_torch_is_pinned_to_the_local_cpu_wheel():
+    assert pyproject_pins()["torch"] == "2.13.0"
+
+
+def test_pin_parser_catches_disagreement():
+    """The agreement test above must be able to fail: a drifted copy is caught."""
+    py = pyproject_pins()
+    drifted = parse_pins(["pytorch==2.14.0"], "drifted")
+    assert drifted["torch"] != py["torch"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_without_outputs(path):
+    nb = json.loads(path.read_text())
+    dirty = [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))
+    ]
+    assert not dirty, (
+        f"{path.name}: code cells {dirty} carry outputs or execution counts; run nbstripout"
+    )
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_imports_course_utils_without_path_hacks(path):
+    source = "\n".join(
+        "".join(c["source"])
+        for c in json.loads(path.read_text())["cells"]
+        if c["cell_type"] == "code"
+    )
+    assert "sys.path" not in source and "pip install" not in source
+    assert "import course_utils" in source or "from course_utils" in source
+
+
+def test_readme_lists_every_notebook_and_both_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert "make lab" in readme and "make test" in readme
+    for path in NOTEBOOKS:
+        assert path.stem in readme, f"README.md does not list {path.name}"
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
