@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test venv lint clean
+.PHONY: lab test venv lint student clean
 
 venv: $(STAMP)
 
@@ -29,6 +29,10 @@ lint: venv
 
 test: venv lint
 	$(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider
+
+# Instructors: copies of the notebooks with exercise solutions replaced by stubs.
+student: venv
+	$(BIN)/python -m course_utils.student notebooks student_notebooks
 
 clean:
 	rm -rf $(VENV) .pytest_cache

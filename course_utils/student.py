@@ -1,0 +1,86 @@
+"""Make student copies of the notebooks: exercise solutions replaced by a stub.
+
+Exercise cells ship with a working solution between two marker lines, so the course's own
+tests run them::
+
+    def masked_softmax(scores, mask):
+        # BEGIN SOLUTION
+        ...
+        # END SOLUTION
+
+A student copy keeps everything else and puts, in place of each marked block, a line that
+raises ``NotImplementedError`` at the block's indentation. The checker cell that follows then
+reports "not implemented yet" until the learner writes the code.
+
+Command line (also ``make student``)::
+
+    python -m course_utils.student notebooks/ student_notebooks/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+BEGIN = re.compile(r"^(\s*)# BEGIN SOLUTION\s*$")
+END = re.compile(r"^\s*# END SOLUTION\s*$")
+STUB = 'raise NotImplementedError("write your solution here")'
+
+
+def strip_solutions(source: str) -> str:
+    """Replace every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` block with a stub line."""
+    out, indent, start = [], None, 0
+    for number, line in enumerate(source.splitlines(keepends=True), start=1):
+        begin = BEGIN.match(line)
+        if indent is None and begin:
+            indent, start = begin.group(1), number
+        elif indent is not None and begin:
+            raise ValueError(
+                f"line {number}: BEGIN SOLUTION inside the block opened on line {start}"
+            )
+        elif indent is not None and END.match(line):
+            out.append(f"{indent}{STUB}\n")
+            indent = None
+        elif indent is None and END.match(line):
+            raise ValueError(f"line {number}: END SOLUTION without BEGIN SOLUTION")
+        elif indent is None:
+            out.append(line)
+    if indent is not None:
+        raise ValueError(f"line {start}: BEGIN SOLUTION is never closed by END SOLUTION")
+    return "".join(out)
+
+
+def student_notebook(notebook: dict) -> tuple[dict, int]:
+    """A copy of a notebook (as loaded JSON) without solutions, and how many were removed."""
+    removed = 0
+    cells = []
+    for cell in notebook["cells"]:
+        cell = dict(cell)
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            stripped = strip_solutions(source)
+            removed += source.count("# BEGIN SOLUTION")
+            cell["source"] = stripped
+            cell["outputs"], cell["execution_count"] = [], None
+        cells.append(cell)
+    return {**notebook, "cells": cells}, removed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", type=Path, help="folder of course notebooks")
+    parser.add_argument("target", type=Path, help="folder to write the student copies to")
+    args = parser.parse_args(argv)
+    if args.source.resolve() == args.target.resolve():
+        parser.error("target must differ from source: the course keeps its solutions")
+    args.target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(args.source.glob("*.ipynb")):
+        notebook, removed = student_notebook(json.loads(path.read_text()))
+        (args.target / path.name).write_text(json.dumps(notebook, indent=1) + "\n")
+        print(f"{path.name}: {removed} solution(s) removed")
+
+
+if __name__ == "__main__":
+    main()
