@@ -19,9 +19,12 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -c 'import torch; print("torch", torch.__version__, "| CUDA available:", torch.cuda.is_available())'
 	@touch $(STAMP)
 
+# Jupyter refuses to run as root unless told; containers and CI machines often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: venv
 	@echo "Starting JupyterLab on notebooks/ (stop it with Ctrl-C, then y) ..."
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 lint: venv
 	$(BIN)/ruff check course_utils tests notebooks
