@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from . import attention
+from . import attention, seq2seq
 
 
 def _describe(x) -> str:
@@ -53,11 +53,12 @@ def check_function(
     name: str,
     hint: str = "",
     atol: float = 1e-5,
-) -> bool:
+) -> None:
     """Call both functions on every case (a tuple of arguments) and compare the results.
 
-    Prints one line per case, expected against got on a mismatch, and the hint. Returns
-    True when every case passed; raises ``AssertionError`` otherwise.
+    Prints one line per case, expected against got on a mismatch, and the hint; raises
+    ``AssertionError`` when any case failed. Returns nothing, so a notebook cell that ends
+    with a check shows only what the check printed.
     """
     failures = 0
     for i, args in enumerate(cases, start=1):
@@ -84,14 +85,13 @@ def check_function(
             print(f"Hint: {hint}")
         raise AssertionError(f"{name}: {failures} of {len(cases)} cases failed")
     print(f"{name}: all {len(cases)} cases passed.")
-    return True
 
 
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def check_masked_softmax(fn: Callable) -> bool:
+def check_masked_softmax(fn: Callable) -> None:
     """Check a learner's ``masked_softmax(scores, mask)`` against the course's."""
     g = _seeded(0)
     scores = torch.randn(2, 3, 5, generator=g)
@@ -102,7 +102,7 @@ def check_masked_softmax(fn: Callable) -> bool:
         (scores, mask),
         (scores, torch.tensor([True, True, False, True, False])),  # broadcast over rows
     ]
-    return check_function(
+    check_function(
         fn,
         attention.masked_softmax,
         cases,
@@ -112,14 +112,14 @@ def check_masked_softmax(fn: Callable) -> bool:
     )
 
 
-def check_scaled_dot_product_attention(fn: Callable) -> bool:
+def check_scaled_dot_product_attention(fn: Callable) -> None:
     """Check a learner's ``attention(query, key, value, mask)`` -> ``(output, weights)``."""
     g = _seeded(1)
     q, k, v = (torch.randn(2, 4, 8, generator=g) for _ in range(3))
     k6, v6 = torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 3, generator=g)
     mask = torch.rand(2, 4, 6, generator=g) > 0.3
     cases = [(q, k, v, None), (q, k6, v6, None), (q, k6, v6, mask)]
-    return check_function(
+    check_function(
         fn,
         attention.scaled_dot_product_attention,
         cases,
@@ -132,7 +132,7 @@ def check_scaled_dot_product_attention(fn: Callable) -> bool:
 # --- notebook 01 exercises ---
 
 
-def check_gru_cell_step(fn: Callable) -> bool:
+def check_gru_cell_step(fn: Callable) -> None:
     """Check a learner's ``gru_cell_step(x, h, W_ih, W_hh, b_ih, b_hh)`` against ``nn.GRUCell``.
 
     The weights use torch's layout: ``W_ih`` (3H, D) and ``W_hh`` (3H, H) stack the reset,
@@ -163,7 +163,7 @@ def check_gru_cell_step(fn: Callable) -> bool:
                 torch.randn(3 * H, generator=g),
             )
         )
-    return check_function(
+    check_function(
         fn,
         reference,
         cases,
@@ -174,10 +174,8 @@ def check_gru_cell_step(fn: Callable) -> bool:
     )
 
 
-def check_exact_match(fn: Callable) -> bool:
+def check_exact_match(fn: Callable) -> None:
     """Check a learner's ``exact_match(pred_ids, target_ids, eos_id, pad_id)`` -> bool (B,)."""
-    from .seq2seq import exact_match  # the reference; imported here to keep this section last
-
     pad, eos = 0, 2
     target = torch.tensor([[5, 6, eos, pad], [5, 6, 7, eos], [5, 6, eos, pad], [5, 6, 7, eos]])
     # Row by row: junk after <eos>; never emits <eos>; one wrong token; stops too early.
@@ -195,9 +193,9 @@ def check_exact_match(fn: Callable) -> bool:
     )
     cases = [(target, target, eos, pad), (pred_same_width, target, eos, pad)]
     cases.append((pred_wider, target, eos, pad))
-    return check_function(
+    check_function(
         fn,
-        exact_match,
+        seq2seq.exact_match,
         cases,
         name="exact_match",
         hint="cut both sequences at their first <eos> (replace it and everything after it by "
@@ -218,7 +216,7 @@ def _additive_reference(query, key, W_q, W_k, v):
         return module(query, key)
 
 
-def check_additive_score(fn: Callable) -> bool:
+def check_additive_score(fn: Callable) -> None:
     """Check a learner's ``additive(query, key, W_q, W_k, v)`` -> scores ``(..., Lq, Lk)``."""
     g = _seeded(2)
 
@@ -233,7 +231,7 @@ def check_additive_score(fn: Callable) -> bool:
         )
 
     cases = [case((3, 4), (5, 4), 8), case((3, 4), (5, 6), 7), case((2, 3, 4), (2, 6, 5), 8)]
-    return check_function(
+    check_function(
         fn,
         _additive_reference,
         cases,
@@ -250,7 +248,7 @@ def _nadaraya_watson_reference(x_query, x_train, y_train, bandwidth):
     return weights @ y_train, weights  # (Lq,), (Lq, Lk)
 
 
-def check_nadaraya_watson(fn: Callable) -> bool:
+def check_nadaraya_watson(fn: Callable) -> None:
     """Check a learner's ``nw(x_query, x_train, y_train, bandwidth)`` -> ``(pred, weights)``."""
     g = _seeded(3)
     x_train = 5 * torch.rand(12, generator=g)
@@ -262,7 +260,7 @@ def check_nadaraya_watson(fn: Callable) -> bool:
         (x_query, x_train, y_train, 2.0),
         (far, x_train, y_train, 0.1),
     ]
-    return check_function(
+    check_function(
         fn,
         _nadaraya_watson_reference,
         cases,

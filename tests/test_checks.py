@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from course_utils import attention, checks
+from course_utils import attention, checks, seq2seq
 
 
 def test_reference_solutions_pass(capsys):
-    assert checks.check_masked_softmax(attention.masked_softmax)
-    assert checks.check_scaled_dot_product_attention(attention.scaled_dot_product_attention)
+    checks.check_masked_softmax(attention.masked_softmax)
+    checks.check_scaled_dot_product_attention(attention.scaled_dot_product_attention)
     assert "all 3 cases passed" in capsys.readouterr().out
 
 
@@ -52,3 +52,55 @@ def test_unfinished_and_crashing_exercises_are_reported(capsys):
     with pytest.raises(AssertionError):
         checks.check_function(lambda x: x.foo, lambda x: x, [(torch.ones(1),)], name="demo")
     assert "raised AttributeError" in capsys.readouterr().out
+
+
+def _gru_step(x, h, W_ih, W_hh, b_ih, b_hh):
+    r_i, z_i, n_i = (x @ W_ih.T + b_ih).chunk(3, dim=-1)
+    r_h, z_h, n_h = (h @ W_hh.T + b_hh).chunk(3, dim=-1)
+    r, z = torch.sigmoid(r_i + r_h), torch.sigmoid(z_i + z_h)
+    n = torch.tanh(n_i + r * n_h)
+    return (1 - z) * n + z * h
+
+
+def _additive(query, key, W_q, W_k, v):
+    return torch.tanh((query @ W_q.T).unsqueeze(-2) + (key @ W_k.T).unsqueeze(-3)) @ v
+
+
+def _nadaraya_watson(x_query, x_train, y_train, bandwidth):
+    weights = torch.softmax(-((x_query[:, None] - x_train[None, :]) ** 2) / (2 * bandwidth**2), -1)
+    return weights @ y_train, weights
+
+
+# Each exercise checker: an independent correct answer passes, a classic mistake fails.
+EXERCISES = [
+    (
+        checks.check_gru_cell_step,
+        _gru_step,
+        lambda x, h, W_ih, W_hh, b_ih, b_hh: _gru_step(x, h, W_ih, W_hh, b_ih, b_hh).flip(-1),
+    ),
+    (
+        checks.check_exact_match,
+        seq2seq.exact_match,
+        lambda p, t, eos, pad: (p[:, : t.shape[1]] == t[:, : p.shape[1]]).all(1),  # ignores <eos>
+    ),
+    (
+        checks.check_additive_score,
+        _additive,
+        lambda q, k, W_q, W_k, v: (q @ W_q.T) @ (k @ W_k.T).transpose(-2, -1),
+    ),
+    (
+        checks.check_nadaraya_watson,
+        _nadaraya_watson,
+        lambda xq, xt, yt, h: _nadaraya_watson(xq, xt, yt, 1.0),  # ignores the bandwidth
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "checker, right, wrong", EXERCISES, ids=lambda f: getattr(f, "__name__", "")
+)
+def test_exercise_checkers_tell_right_from_wrong(checker, right, wrong, capsys):
+    checker(right)
+    with pytest.raises(AssertionError):
+        checker(wrong)
+    assert "FAILED" in capsys.readouterr().out

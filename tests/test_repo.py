@@ -82,6 +82,10 @@ def test_notebook_is_stored_without_outputs(path):
         f"{path.name}: code cells {dirty} carry outputs or execution counts; run nbstripout"
     )
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    budget = nb["metadata"].get("course", {}).get("budget_seconds")
+    assert isinstance(budget, int) and budget > 0, (
+        f"{path.name}: metadata.course.budget_seconds (COURSE_MAP.md) is missing"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
