@@ -8,17 +8,16 @@ plots or widgets.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
 
 from course_utils import attention as lib
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_query_key_value.ipynb"
-MARKER = "# from-scratch:"
+from notebook_cells import from_scratch_cells, run_from_scratch_cells
+
+NOTEBOOK = "02_query_key_value.ipynb"
 EXPECTED = {
     "dot_product_scores",
     "scaled_dot_product_scores",
@@ -32,25 +31,10 @@ EXPECTED = {
 }
 
 
-def _from_scratch_cells() -> dict[str, str]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    cells = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        first_line = cell.source.lstrip().splitlines()[0] if cell.source.strip() else ""
-        if first_line.startswith(MARKER):
-            cells[first_line[len(MARKER) :].strip()] = cell.source
-    return cells
-
-
 @pytest.fixture(scope="module")
 def nb():
     """The notebook's from-scratch functions, by name."""
-    namespace = {"math": math, "torch": torch}
-    for source in _from_scratch_cells().values():
-        exec(compile(source, str(NOTEBOOK), "exec"), namespace)
-    return namespace
+    return run_from_scratch_cells(NOTEBOOK, {"math": math, "torch": torch})
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -58,7 +42,7 @@ def _gen(seed: int) -> torch.Generator:
 
 
 def test_marked_cells_define_what_they_name(nb):
-    cells = _from_scratch_cells()
+    cells = from_scratch_cells(NOTEBOOK)
     assert set(cells) == EXPECTED
     for name in EXPECTED:
         assert callable(nb[name]), name
