@@ -64,6 +64,19 @@ def _check_mask(mask, scores_shape: torch.Size) -> None:
         )
 
 
+def _check_sized_query_key(module: nn.Module, query, key) -> None:
+    """For a score module built for ``query_dim`` and ``key_dim`` features."""
+    _check_tensor("query", query)
+    _check_tensor("key", key)
+    if query.shape[-1] != module.query_dim or key.shape[-1] != module.key_dim:
+        raise ValueError(
+            f"{type(module).__name__} expects query (..., Lq, {module.query_dim}) and key "
+            f"(..., Lk, {module.key_dim}), got query {tuple(query.shape)} and key "
+            f"{tuple(key.shape)}"
+        )
+    _check_batch_dims("query and key", query, key)
+
+
 # ---------------------------------------------------------------------------------------
 # Score functions: how well does each query match each key?
 # ---------------------------------------------------------------------------------------
@@ -94,15 +107,7 @@ class AdditiveScore(nn.Module):
         self.v = nn.Linear(hidden_dim, 1, bias=False)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        _check_tensor("query", query)
-        _check_tensor("key", key)
-        if query.shape[-1] != self.query_dim or key.shape[-1] != self.key_dim:
-            raise ValueError(
-                f"AdditiveScore expects query (..., Lq, {self.query_dim}) and key "
-                f"(..., Lk, {self.key_dim}), got query {tuple(query.shape)} and key "
-                f"{tuple(key.shape)}"
-            )
-        _check_batch_dims("query and key", query, key)
+        _check_sized_query_key(self, query, key)
         q = self.w_q(query).unsqueeze(-2)  # (..., Lq, H) -> (..., Lq, 1, H)
         k = self.w_k(key).unsqueeze(-3)  # (..., Lk, H) -> (..., 1, Lk, H)
         # note: broadcasting builds all Lq x Lk sums at once: (..., Lq, Lk, H)
@@ -122,15 +127,7 @@ class BilinearScore(nn.Module):
         self.w = nn.Linear(key_dim, query_dim, bias=False)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        _check_tensor("query", query)
-        _check_tensor("key", key)
-        if query.shape[-1] != self.query_dim or key.shape[-1] != self.key_dim:
-            raise ValueError(
-                f"BilinearScore expects query (..., Lq, {self.query_dim}) and key "
-                f"(..., Lk, {self.key_dim}), got query {tuple(query.shape)} and key "
-                f"{tuple(key.shape)}"
-            )
-        _check_batch_dims("query and key", query, key)
+        _check_sized_query_key(self, query, key)
         return query @ self.w(key).transpose(-2, -1)  # (..., Lq, Dq) @ (..., Dq, Lk)
 
 
