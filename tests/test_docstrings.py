@@ -1,0 +1,24 @@
+"""Every ``>>>`` example in course_utils' docstrings runs and prints what it claims."""
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import course_utils
+
+MODULES = [m.name for m in pkgutil.iter_modules(course_utils.__path__, "course_utils.")]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(
+        importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE
+    )
+    assert result.failed == 0
+
+
+def test_the_examples_exist():
+    attempted = sum(doctest.testmod(importlib.import_module(n)).attempted for n in MODULES)
+    assert attempted >= 5
