@@ -108,3 +108,17 @@ def test_readme_lists_every_notebook_and_both_commands():
 
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_pre_commit_hooks_use_the_pinned_tool_versions():
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
+    assert {hook["id"] for hook in hooks} >= {"nbstripout", "ruff"}
+    py = pyproject_pins()
+    for hook in hooks:
+        for name, version in parse_pins(
+            hook.get("additional_dependencies", []), hook["id"]
+        ).items():
+            assert py[name] == version, (
+                f"{hook['id']} pins {name}=={version}, pyproject has {py[name]}"
+            )
