@@ -194,3 +194,162 @@ def scaled_dot_product_attention(
         mask = causal if mask is None else mask & causal
     weights = masked_softmax(scores, mask)  # (..., Lq, Lk)
     return weights @ value, weights  # (..., Lq, Lk) @ (..., Lk, Dv) -> (..., Lq, Dv)
+
+
+# ---------------------------------------------------------------------------------------
+# Multi-head attention: several attentions in parallel, each in its own subspace
+# ---------------------------------------------------------------------------------------
+def _mask_for_heads(mask, batch: int, num_heads: int, lq: int, lk: int) -> torch.Tensor:
+    """Bring a boolean mask to 4-D ``(B or 1, H or 1, Lq, Lk)``.
+
+    Accepted: ``(Lq, Lk)`` (the same for every sequence), ``(B, Lq, Lk)`` (per sequence),
+    ``(B or 1, H or 1, Lq, Lk)`` (per head). A key-padding mask is ``(B, 1, Lk)`` or
+    ``(B, 1, 1, Lk)``.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be boolean (True = may attend), got dtype {mask.dtype} "
+            f"with shape {tuple(mask.shape)}"
+        )
+    given = tuple(mask.shape)
+    if mask.dim() == 2:
+        mask = mask[None, None]
+    elif mask.dim() == 3:
+        mask = mask[:, None]
+    elif mask.dim() != 4:
+        raise ValueError(
+            f"mask must be (Lq, Lk), (B, Lq, Lk) or (B, H, Lq, Lk), got shape {tuple(mask.shape)}"
+        )
+    target = (batch, num_heads, lq, lk)
+    if any(m not in (1, t) for m, t in zip(mask.shape, target, strict=True)):
+        raise ValueError(
+            f"mask of shape {given} (as 4-D: {tuple(mask.shape)}) does not fit the attention "
+            f"weights' shape (B, H, Lq, Lk) = {target}"
+        )
+    return mask
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, batch-first, written out: project, split into heads, attend, merge.
+
+    ``forward(query (B, L, E), key (B, S, E), value (B, S, E), mask=None, is_causal=False)
+    -> (output (B, L, E), weights (B, H, L, S))``. Each of the ``num_heads`` heads attends in
+    its own ``E / H``-dimensional subspace with scaled dot-product attention; their outputs
+    are concatenated and mixed by ``out_proj``. ``mask`` is boolean (True = may attend) of
+    shape ``(L, S)``, ``(B, L, S)`` or ``(B, H, L, S)`` (any dim may be 1); ``is_causal``
+    adds the causal mask. A query with no allowed key gets a zero output, not NaN.
+
+    ``MultiHeadAttention.from_torch(m)`` copies a batch-first ``torch.nn.MultiheadAttention``:
+
+    >>> import torch
+    >>> m = torch.nn.MultiheadAttention(8, num_heads=2, batch_first=True).eval()
+    >>> mha = MultiHeadAttention.from_torch(m).eval()
+    >>> x = torch.randn(3, 5, 8)
+    >>> out, weights = mha(x, x, x)
+    >>> out.shape, weights.shape
+    (torch.Size([3, 5, 8]), torch.Size([3, 2, 5, 5]))
+    >>> torch.allclose(out, m(x, x, x)[0], atol=1e-5)
+    True
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        if not isinstance(embed_dim, int) or not isinstance(num_heads, int):
+            raise TypeError(
+                f"embed_dim and num_heads must be ints, got {type(embed_dim).__name__} "
+                f"and {type(num_heads).__name__}"
+            )
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}"
+            )
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): "
+                "each head gets embed_dim / num_heads features"
+            )
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape  # (B, L, E) -> (B, L, H, E/H) -> (B, H, L, E/H)
+        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            _check_tensor(name, x, min_dim=3)
+            if x.dim() != 3 or x.shape[-1] != self.embed_dim:
+                raise ValueError(
+                    f"{name} must be (B, L, {self.embed_dim}) (batch first), got shape "
+                    f"{tuple(x.shape)}"
+                )
+            if x.dtype != self.q_proj.weight.dtype:
+                raise TypeError(
+                    f"{name} has dtype {x.dtype} but the module's weights are "
+                    f"{self.q_proj.weight.dtype}; convert one (e.g. module.double())"
+                )
+        if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
+            raise ValueError(
+                "query (B, L, E), key (B, S, E) and value (B, S, E) must agree on B and S, got "
+                f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+            )
+        B, L, S = query.shape[0], query.shape[1], key.shape[1]
+        if mask is not None:
+            mask = _mask_for_heads(mask, B, self.num_heads, L, S)
+        if is_causal:
+            causal = causal_mask(L, S, device=query.device)
+            mask = causal if mask is None else mask & causal
+        q = self._split_heads(self.q_proj(query))  # (B, H, L, E/H)
+        k = self._split_heads(self.k_proj(key))  # (B, H, S, E/H)
+        v = self._split_heads(self.v_proj(value))  # (B, H, S, E/H)
+        weights = masked_softmax(scaled_dot_product_scores(q, k), mask)  # (B, H, L, S)
+        heads = self.dropout(weights) @ v  # (B, H, L, E/H)
+        merged = heads.transpose(1, 2).reshape(B, L, self.embed_dim)  # (B, L, E)
+        return self.out_proj(merged), weights
+
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A copy of a batch-first ``torch.nn.MultiheadAttention`` (same weights, same outputs).
+
+        Supported: ``batch_first=True``, equal query/key/value sizes, with or without bias;
+        not ``add_bias_kv`` or ``add_zero_attn``.
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"m must be a torch.nn.MultiheadAttention, got {type(m).__name__}")
+        if not m.batch_first:
+            raise ValueError("m must be built with batch_first=True (this course is batch-first)")
+        if not m._qkv_same_embed_dim:
+            raise ValueError(
+                f"m has kdim={m.kdim}, vdim={m.vdim} != embed_dim={m.embed_dim}; only equal "
+                "sizes are supported"
+            )
+        if m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn are not supported")
+        bias = m.in_proj_bias is not None
+        new = cls(m.embed_dim, m.num_heads, bias=bias, dropout=m.dropout)
+        new = new.to(device=m.in_proj_weight.device, dtype=m.in_proj_weight.dtype)
+        E = m.embed_dim
+        with torch.no_grad():
+            for i, proj in enumerate((new.q_proj, new.k_proj, new.v_proj)):
+                proj.weight.copy_(m.in_proj_weight[i * E : (i + 1) * E])
+                if bias:
+                    proj.bias.copy_(m.in_proj_bias[i * E : (i + 1) * E])
+            new.out_proj.weight.copy_(m.out_proj.weight)
+            if bias:
+                new.out_proj.bias.copy_(m.out_proj.bias)
+        new.train(m.training)
+        return new
