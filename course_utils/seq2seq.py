@@ -241,7 +241,7 @@ def exact_match(
 
 @torch.no_grad()
 def accuracy_by_length(
-    model: Seq2Seq,
+    model: nn.Module,
     data: SequencePairs,
     batch_size: int = 256,
     device: torch.device | str | None = None,
@@ -250,6 +250,10 @@ def accuracy_by_length(
 
     Returns ``{length: accuracy}`` sorted by length. Give it held-out data (a ``val`` or
     ``test`` split): accuracy on the training data says little about what was learned.
+
+    ``model`` is any module with ``eos_id``, ``pad_id`` and ``greedy_decode(src, src_len,
+    max_len)`` returning the ids ``(B, T)``, or a tuple whose first item is the ids (as
+    :class:`course_utils.bahdanau.AttentionSeq2Seq` returns them with its attention weights).
     """
     if not isinstance(data, SequencePairs):
         raise TypeError(f"data must be a SequencePairs, got {type(data).__name__}")
@@ -272,6 +276,8 @@ def accuracy_by_length(
     for batch in batches(ordered, batch_size):
         batch = batch.to(device)
         pred = model.greedy_decode(batch.src, batch.src_len, max_len=batch.tgt_out.shape[1] + 1)
+        if isinstance(pred, tuple):  # (ids, attention weights, ...)
+            pred = pred[0]
         ok = exact_match(pred, batch.tgt_out, model.eos_id, model.pad_id)  # (B,)
         for length, hit in zip(batch.src_len.tolist(), ok.tolist(), strict=True):
             correct[length] += int(hit)
