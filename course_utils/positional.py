@@ -1,0 +1,217 @@
+"""Positional encodings: telling a permutation-equivariant attention layer where tokens are.
+
+``sinusoidal_encoding`` is the fixed encoding of Vaswani et al. (2017); ``offset_rotation``
+builds the matrix ``M_k`` with ``PE[p + k] = M_k PE[p]`` (the relative-offset property) and
+``relative_positions`` the matrix of offsets ``j - i``. ``LearnedPositionalEmbedding`` is
+the trainable alternative (BERT, GPT-2). ``apply_rotary`` and ``RotaryEmbedding`` rotate
+queries and keys instead of adding anything (Su et al., 2021), so a query-key score depends
+on the offset only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def sinusoidal_encoding(
+    max_len: int, d_model: int, base: float = 10000.0, device=None, dtype=None
+) -> torch.Tensor:
+    """``(max_len, d_model)`` table with ``PE[p, 2i] = sin(p / base^(2i/d))`` and
+    ``PE[p, 2i+1] = cos(p / base^(2i/d))``.
+
+    Each pair of columns is a sine and cosine at one frequency; frequencies fall
+    geometrically from 1 to about ``1 / base``. An odd ``d_model`` keeps the last sine.
+
+    >>> pe = sinusoidal_encoding(50, 8)
+    >>> pe.shape
+    torch.Size([50, 8])
+    >>> pe[0].tolist()  # position 0: every sine is 0, every cosine 1
+    [0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    >>> pe[3, :2]  # sin(3), cos(3)
+    tensor([ 0.1411, -0.9900])
+    """
+    for name, value in (("max_len", max_len), ("d_model", d_model)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    if base <= 1:
+        raise ValueError(f"base must be > 1, got {base}")
+    dtype = dtype or torch.get_default_dtype()
+    position = torch.arange(max_len, device=device, dtype=torch.float64)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)  # (ceil(d/2),)
+    angle = position / base ** (two_i / d_model)  # (P, ceil(d/2))
+    pe = torch.zeros(max_len, d_model, device=device, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return pe.to(dtype)
+
+
+def offset_rotation(
+    k: int | float, d_model: int, base: float = 10000.0, dtype=None
+) -> torch.Tensor:
+    """The ``(d_model, d_model)`` matrix ``M_k`` with ``PE[p + k] = M_k @ PE[p]`` for every p.
+
+    Block-diagonal, one 2 x 2 rotation per (sin, cos) column pair at frequency ``w_i``:
+    ``[[cos(k w_i), sin(k w_i)], [-sin(k w_i), cos(k w_i)]]``, from the angle-addition
+    formulas. It depends on the offset ``k`` only, never on the position ``p``.
+
+    >>> pe = sinusoidal_encoding(20, 6, dtype=torch.float64)
+    >>> M = offset_rotation(3, 6, dtype=torch.float64)
+    >>> torch.allclose(pe[3:] , pe[:-3] @ M.T)
+    True
+    >>> torch.allclose(M @ M.T, torch.eye(6, dtype=torch.float64))  # a rotation
+    True
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, float)):
+        raise TypeError(f"k must be a number, got {type(k).__name__}")
+    if not isinstance(d_model, int) or isinstance(d_model, bool):
+        raise TypeError(f"d_model must be an int, got {type(d_model).__name__}")
+    if d_model <= 0 or d_model % 2:
+        raise ValueError(f"d_model must be positive and even (sin, cos pairs), got {d_model}")
+    if base <= 1:
+        raise ValueError(f"base must be > 1, got {base}")
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = k / base ** (two_i / d_model)  # (d/2,): k times each frequency
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    M = torch.zeros(d_model, d_model, dtype=torch.float64)
+    idx = torch.arange(0, d_model, 2)
+    # new sin = sin cos(kw) + cos sin(kw); new cos = cos cos(kw) - sin sin(kw)
+    M[idx, idx], M[idx, idx + 1] = cos, sin
+    M[idx + 1, idx], M[idx + 1, idx + 1] = -sin, cos
+    return M.to(dtype or torch.get_default_dtype())
+
+
+def relative_positions(Lq: int, Lk: int | None = None) -> torch.Tensor:
+    """``(Lq, Lk)`` integer matrix of offsets ``key position - query position``.
+
+    >>> relative_positions(3).tolist()
+    [[0, 1, 2], [-1, 0, 1], [-2, -1, 0]]
+    """
+    Lk = Lq if Lk is None else Lk
+    for name, value in (("Lq", Lq), ("Lk", Lk)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return torch.arange(Lk)[None, :] - torch.arange(Lq)[:, None]
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """One trainable vector per position, added to the input: ``x + P[:L]``.
+
+    ``forward(x (B, L, d_model)) -> (B, L, d_model)``. Unlike sinusoids it knows nothing
+    about positions it never saw: a sequence longer than ``max_len`` is an error.
+
+    >>> torch.manual_seed(0) and None
+    >>> pos = LearnedPositionalEmbedding(max_len=8, d_model=4)
+    >>> x = torch.zeros(2, 5, 4)
+    >>> torch.equal(pos(x)[1], pos.weight[:5].detach())
+    True
+    """
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        for name, value in (("max_len", max_len), ("d_model", d_model)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.max_len, self.d_model = max_len, d_model
+        # Small init, as for token embeddings in GPT-2, so positions start as a mild nudge.
+        self.weight = nn.Parameter(0.02 * torch.randn(max_len, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must be (..., L, {self.d_model}), got {shape}")
+        L = x.shape[-2]
+        if L > self.max_len:
+            raise ValueError(
+                f"x has {L} positions but only max_len={self.max_len} were learned; "
+                "a learned embedding cannot extrapolate"
+            )
+        return x + self.weight[:L]  # (..., L, d) + (L, d)
+
+
+# ---------------------------------------------------------------------------------------
+# Rotary position embedding (Su et al., 2021): rotate queries and keys instead of adding
+# ---------------------------------------------------------------------------------------
+def rotary_angles(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """``(L, dim / 2)`` angles ``p * theta_i`` with ``theta_i = base^(-2i / dim)``."""
+    if dim <= 0 or dim % 2:
+        raise ValueError(f"rotary needs an even feature size, got {dim}")
+    theta = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
+    return positions.to(torch.float64)[:, None] * theta[None, :]  # (L, dim/2)
+
+
+def apply_rotary(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+) -> torch.Tensor:
+    """Rotate each feature pair ``(x[..., 2i], x[..., 2i+1])`` of the vector at position p
+    by the angle ``p * theta_i``.
+
+    ``x (..., L, D)`` with ``D`` even; ``positions (L,)`` defaults to ``0 .. L-1``. Because
+    rotations compose, ``apply_rotary(q)[m] . apply_rotary(k)[n]`` depends on ``m - n`` only.
+    Pairs are adjacent features (the RoFormer layout), the same pairing as the sinusoids.
+
+    With ``D = 2`` there is one pair and ``theta_0 = 1``: position p turns by p radians.
+
+    >>> x = torch.tensor([[1.0, 0.0]]).expand(3, 2)  # the same vector at positions 0, 1, 2
+    >>> [[round(v, 3) for v in row] for row in apply_rotary(x).tolist()]
+    [[1.0, 0.0], [0.54, 0.841], [-0.416, 0.909]]
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 2 or x.shape[-1] % 2:
+        raise ValueError(f"x must be (..., L, D) with D even, got shape {tuple(x.shape)}")
+    if base <= 1:
+        raise ValueError(f"base must be > 1, got {base}")
+    L, D = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(L, device=x.device)
+    if not isinstance(positions, torch.Tensor) or positions.shape != (L,):
+        shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else positions
+        raise ValueError(f"positions must be ({L},) for x of shape {tuple(x.shape)}, got {shape}")
+    angle = rotary_angles(positions, D, base)  # (L, D/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., L, D/2) each: the pair's two coordinates
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding for queries and keys: ``forward(q, k) -> (q_rot, k_rot)``.
+
+    ``q (..., Lq, D)`` and ``k (..., Lk, D)``; positions default to ``0 .. L-1`` for each,
+    or pass ``q_positions`` / ``k_positions``. No parameters: values are not rotated.
+
+    >>> rope = RotaryEmbedding(dim=8)
+    >>> q, k = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    >>> q_rot, k_rot = rope(q, k)
+    >>> q_rot.shape, torch.allclose(q_rot.norm(dim=-1), q.norm(dim=-1))  # rotations keep length
+    (torch.Size([2, 5, 8]), True)
+    """
+
+    def __init__(self, dim: int, base: float = 10000.0):
+        super().__init__()
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0 or dim % 2:
+            raise ValueError(f"dim must be a positive even int, got {dim!r}")
+        if base <= 1:
+            raise ValueError(f"base must be > 1, got {base}")
+        self.dim, self.base = dim, base
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_positions: torch.Tensor | None = None,
+        k_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        for name, t in (("q", q), ("k", k)):
+            if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.shape[-1] != self.dim:
+                shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must be (..., L, {self.dim}), got {shape}")
+        return (
+            apply_rotary(q, q_positions, self.base),
+            apply_rotary(k, k_positions, self.base),
+        )

@@ -1,0 +1,95 @@
+"""Notebook 05's from-scratch positional encodings equal the library's and the closed forms.
+
+Only the cells whose first line is ``# from-scratch: <name>`` run here (in notebook order,
+in one namespace holding ``math``, ``torch`` and ``nn``), so the test does not train.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_utils import positional as lib
+
+from notebook_cells import from_scratch_cells, run_from_scratch_cells
+
+NOTEBOOK = "05_positional_encoding.ipynb"
+EXPECTED = {"sinusoidal_encoding", "offset_rotation", "LearnedPositionalEmbedding", "apply_rotary"}
+
+
+@pytest.fixture(scope="module")
+def nb():
+    """The notebook's from-scratch definitions, by name."""
+    return run_from_scratch_cells(NOTEBOOK, {"math": math, "torch": torch, "nn": nn})
+
+
+def test_marked_cells_define_what_they_name(nb):
+    cells = from_scratch_cells(NOTEBOOK)
+    assert set(cells) == EXPECTED
+    for name in EXPECTED:
+        assert callable(nb[name]), name
+        assert f"def {name}(" in cells[name] or f"class {name}(" in cells[name], name
+
+
+@pytest.mark.parametrize(
+    ("max_len", "d_model", "base"), [(1, 2, 1e4), (30, 8, 1e4), (64, 32, 100.0)]
+)
+def test_sinusoidal_encoding_equals_library_and_closed_form(nb, max_len, d_model, base):
+    got = nb["sinusoidal_encoding"](max_len, d_model, base=base)
+    assert got.shape == (max_len, d_model)
+    assert torch.allclose(got, lib.sinusoidal_encoding(max_len, d_model, base=base), atol=1e-6)
+    p, c = max_len - 1, d_model - 1  # the last entry, a cosine, by the formula
+    assert got[p, c].item() == pytest.approx(math.cos(p / base ** ((c - 1) / d_model)), abs=1e-6)
+
+
+@pytest.mark.parametrize("d_model", [2, 6, 16])
+@pytest.mark.parametrize("k", [0, 1, 7, -4])
+def test_offset_rotation_equals_library_and_shifts_the_table(nb, d_model, k):
+    M = nb["offset_rotation"](k, d_model)
+    assert torch.allclose(M, lib.offset_rotation(k, d_model), atol=1e-6)
+    pe = lib.sinusoidal_encoding(60, d_model, dtype=torch.float64)
+    lo, hi = max(0, -k), 60 - max(0, k)
+    assert torch.allclose(pe[lo:hi] @ M.double().T, pe[lo + k : hi + k], atol=1e-6)
+
+
+def test_learned_embedding_equals_library_with_copied_weights(nb):
+    torch.manual_seed(0)
+    ours = nb["LearnedPositionalEmbedding"](12, 8)
+    library = lib.LearnedPositionalEmbedding(12, 8)
+    library.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 9, 8)
+    assert torch.equal(ours(x), library(x))
+    assert torch.equal(ours(x[0]), library(x[0]))  # no batch dim
+
+
+@pytest.mark.parametrize(
+    ("shape", "positions"), [((5, 2), None), ((2, 3, 7, 16), None), ((4, 8), [9, 2, 0, 31])]
+)
+def test_apply_rotary_equals_library_and_complex_rotation(nb, shape, positions):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    pos = None if positions is None else torch.tensor(positions)
+    got = nb["apply_rotary"](x, pos)
+    assert torch.allclose(got, lib.apply_rotary(x, pos), atol=1e-6)
+    D, L = shape[-1], shape[-2]
+    p = torch.arange(L) if pos is None else pos
+    angle = p.double()[:, None] * 10000 ** (-torch.arange(0, D, 2).double() / D)
+    z = torch.view_as_complex(x.double().reshape(*shape[:-1], D // 2, 2)) * torch.exp(1j * angle)
+    assert torch.allclose(got.double(), torch.view_as_real(z).reshape(shape), atol=1e-5)
+
+
+def test_exercise_checkers_tell_right_from_wrong(nb, capsys):
+    from course_utils import checks
+
+    checks.check_sinusoidal_encoding(nb["sinusoidal_encoding"])
+    with pytest.raises(AssertionError):  # sin and cos swapped
+        checks.check_sinusoidal_encoding(lambda n, d: nb["sinusoidal_encoding"](n, d).flip(-1))
+    checks.check_offset_rotation(nb["offset_rotation"])
+    with pytest.raises(AssertionError):  # the inverse rotation: shifts by -k
+        checks.check_offset_rotation(lambda k, d: nb["offset_rotation"](k, d).T)
+    checks.check_apply_rotary(nb["apply_rotary"])
+    with pytest.raises(AssertionError):  # ignores the positions it was given
+        checks.check_apply_rotary(lambda x, positions: nb["apply_rotary"](x))
+    assert "FAILED" in capsys.readouterr().out
