@@ -1,0 +1,526 @@
+"""Attention that does not build the ``N x N`` matrix: tiled, linear, local and sparse.
+
+Every function takes ``query (..., N, D)``, ``key (..., M, D)`` and ``value (..., M, Dv)``
+with the same leading (batch, head) dims and returns the output ``(..., N, Dv)``:
+
+- :func:`tiled_attention` is exact attention computed tile by tile with an online softmax
+  ("flash" style); its memory grows linearly with ``N``, in training too, because
+  :class:`TiledAttentionFunction` recomputes tiles in the backward pass instead of storing
+  them.
+- :func:`linear_attention` replaces ``exp(q . k)`` by ``phi(q) . phi(k)`` with
+  ``phi = elu + 1``, which costs ``O(N D^2)`` instead of ``O(N^2 D)`` (an approximation).
+- :func:`sliding_window_attention` (each query sees keys within ``window`` positions) and
+  :func:`block_sparse_attention` (neighbouring blocks plus a few global tokens) are exact
+  attention restricted to a sparse pattern; :func:`sliding_window_mask` and
+  :func:`block_sparse_mask` give those patterns as boolean ``(N, N)`` masks.
+
+Masks mean what they mean everywhere in the course: ``True`` = this position may be
+attended to. Causal masks are aligned at the top left, as in
+``torch.nn.functional.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import torch
+import torch.nn.functional as F
+
+# Tile edge (queries and keys per tile), from timing 64, 128, 256 and 512 at N=1024, B=2,
+# H=8, D=64 on this project's 2-core AVX2 CPU (under load; `benchmarks/attention.py
+# --block-sizes` re-measures): with 2 threads 256 was fastest (64 took 2.7x its time,
+# 128 and 512 1.4x); with 1 thread 128 to 512 were within noise. Small tiles pay Python's
+# per-tile overhead; big tiles grow memory as block_size^2 and leave the cache.
+DEFAULT_BLOCK_SIZE = 256
+# Chunk length of causal linear attention: quadratic work inside a chunk, a running state
+# between chunks. 32, 64 and 128 were within noise of each other at N=1024 (same machine);
+# 64 keeps both the (C, C) blocks and the per-chunk (D, Dv) states small.
+DEFAULT_CHUNK_SIZE = 64
+
+
+# ---------------------------------------------------------------------------------------
+# Input checks: every public function names the argument and the shapes it got.
+# ---------------------------------------------------------------------------------------
+def _check_qkv(query, key, value, same_length: bool = False) -> None:
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 2:
+            raise ValueError(f"{name} must be (..., N, D), got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+    if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
+        raise ValueError(f"query, key and value must have the same leading dims, got {shapes}")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query and key must have the same feature size D, got {shapes}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key and value must have the same length M, got {shapes}")
+    if same_length and query.shape[-2] != key.shape[-2]:
+        raise ValueError(f"query and key must have the same length N here, got {shapes}")
+
+
+def _check_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+
+
+# ---------------------------------------------------------------------------------------
+# Naive attention: the N x N matrix, for reference and for measuring the quadratic wall
+# ---------------------------------------------------------------------------------------
+def naive_attention(query, key, value, is_causal: bool = False, mask=None) -> torch.Tensor:
+    """``softmax(Q K^T / sqrt(D)) V`` with the whole ``(..., N, M)`` weight matrix in memory.
+
+    >>> q = k = v = torch.randn(1, 2, 5, 4)
+    >>> out = naive_attention(q, k, v, is_causal=True)
+    >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
+    True
+    """
+    _check_qkv(query, key, value)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., N, M)
+    if is_causal:
+        N, M = scores.shape[-2:]
+        causal = torch.ones(N, M, dtype=torch.bool, device=scores.device).tril()
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ value  # (..., N, M) @ (..., M, Dv)
+
+
+# ---------------------------------------------------------------------------------------
+# Tiled attention with an online softmax
+# ---------------------------------------------------------------------------------------
+def _tile_mask(mask, is_causal, q0, q1, k0, k1, device):
+    """The boolean mask of tile ``[q0:q1) x [k0:k1)``, or None when every entry is allowed."""
+    tile = None
+    if mask is not None:
+        tile = mask[..., q0:q1, k0:k1]
+    if is_causal and k1 - 1 > q0:  # the tile reaches above the diagonal
+        rows = torch.arange(q0, q1, device=device)[:, None]
+        cols = torch.arange(k0, k1, device=device)[None, :]
+        causal = cols <= rows  # (q1 - q0, k1 - k0)
+        tile = causal if tile is None else tile & causal
+    return tile
+
+
+def _key_end(is_causal: bool, q1: int, M: int) -> int:
+    """Keys past the last query of a causal tile row are never visible: skip those tiles."""
+    return min(M, q1) if is_causal else M
+
+
+def _tiled_forward(q, k, v, is_causal, block_size, mask):
+    """Returns ``(output, logsumexp)``, the log of each query's softmax denominator."""
+    *batch, N, D = q.shape
+    scale = 1.0 / math.sqrt(D)
+    M, Dv = k.shape[-2], v.shape[-1]
+    out = q.new_empty(*batch, N, Dv)
+    lse = q.new_empty(*batch, N)  # log of each row's softmax denominator, for the backward
+    kT = k.transpose(-2, -1)  # (..., D, M)
+    for q0 in range(0, N, block_size):
+        q1 = min(q0 + block_size, N)
+        qb = q[..., q0:q1, :] * scale  # (..., b, D); scaling Q is cheaper than scaling S
+        row_max = q.new_full((*batch, q1 - q0, 1), float("-inf"))  # running max m
+        row_sum = q.new_zeros(*batch, q1 - q0, 1)  # running denominator l
+        acc = q.new_zeros(*batch, q1 - q0, Dv)  # running numerator, sum_j exp(s_j - m) v_j
+        for k0 in range(0, _key_end(is_causal, q1, M), block_size):
+            k1 = min(k0 + block_size, M)
+            s = qb @ kT[..., k0:k1]  # (..., b, D) @ (..., D, c) -> (..., b, c)
+            tile_mask = _tile_mask(mask, is_causal, q0, q1, k0, k1, q.device)
+            if tile_mask is not None:
+                s = s.masked_fill_(~tile_mask, float("-inf"))
+            new_max = torch.maximum(row_max, s.amax(dim=-1, keepdim=True))
+            # note: a row with nothing allowed so far keeps max -inf; use 0 to avoid inf - inf
+            safe_max = new_max.masked_fill(new_max == float("-inf"), 0.0)
+            p = s.sub_(safe_max).exp_()  # (..., b, c), in place: one tile of memory
+            rescale = (row_max - safe_max).exp_()  # exp(m_old - m_new) <= 1
+            row_sum = row_sum * rescale + p.sum(dim=-1, keepdim=True)
+            acc = acc.mul_(rescale).add_(p @ v[..., k0:k1, :])  # (..., b, c) @ (..., c, Dv)
+            row_max = new_max
+        empty = row_sum == 0  # a query that may attend nothing gets zeros, not NaN
+        out[..., q0:q1, :] = acc / row_sum.masked_fill(empty, 1.0)
+        # +inf for empty rows makes exp(s - lse) = 0 in the backward pass
+        lse[..., q0:q1] = (row_max + row_sum.log()).masked_fill(empty, float("inf")).squeeze(-1)
+    return out, lse
+
+
+def _tiled_backward(q, k, v, out, lse, grad_out, is_causal, block_size, mask):
+    """Gradients w.r.t. ``q``, ``k`` and ``v``, recomputing each tile's weights."""
+    N, M = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    # d(loss)/d(score_ij) = p_ij (dp_ij - delta_i), with delta_i = sum_j p_ij dp_ij = dO_i . O_i
+    delta = (grad_out * out).sum(dim=-1, keepdim=True)  # (..., N, 1)
+    kT, vT = k.transpose(-2, -1), v.transpose(-2, -1)
+    for q0 in range(0, N, block_size):
+        q1 = min(q0 + block_size, N)
+        qb, dob = q[..., q0:q1, :] * scale, grad_out[..., q0:q1, :]
+        lse_b, delta_b = lse[..., q0:q1, None], delta[..., q0:q1, :]
+        for k0 in range(0, _key_end(is_causal, q1, M), block_size):
+            k1 = min(k0 + block_size, M)
+            s = qb @ kT[..., k0:k1]  # (..., b, c): the forward's scores, recomputed
+            tile_mask = _tile_mask(mask, is_causal, q0, q1, k0, k1, q.device)
+            if tile_mask is not None:
+                s = s.masked_fill_(~tile_mask, float("-inf"))
+            p = s.sub_(lse_b).exp_()  # the softmax weights of this tile, exactly
+            dv[..., k0:k1, :] += p.transpose(-2, -1) @ dob  # (..., c, b) @ (..., b, Dv)
+            dp = dob @ vT[..., k0:k1]  # (..., b, Dv) @ (..., Dv, c) -> (..., b, c)
+            ds = p.mul_(dp.sub_(delta_b))  # reuse p's memory for d(loss)/d(scores)
+            dq[..., q0:q1, :] += ds @ k[..., k0:k1, :]  # (..., b, c) @ (..., c, D)
+            dk[..., k0:k1, :] += ds.transpose(-2, -1) @ qb  # (..., c, b) @ (..., b, D)
+    return dq.mul_(scale), dk, dv  # scores = (scale * q) k^T
+
+
+class TiledAttentionFunction(torch.autograd.Function):
+    """Tiled attention whose backward recomputes tiles: it saves only Q, K, V, O and one
+    log-sum-exp per query, so training memory grows linearly with N (FlashAttention's idea).
+
+    ``TiledAttentionFunction.apply(query, key, value, is_causal, block_size, mask)``;
+    prefer :func:`tiled_attention`, which checks its inputs first.
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal, block_size, mask):
+        out, lse = _tiled_forward(query, key, value, is_causal, block_size, mask)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.is_causal, ctx.block_size, ctx.mask = is_causal, block_size, mask
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, key, value, out, lse = ctx.saved_tensors
+        dq, dk, dv = _tiled_backward(
+            q, key, value, out, lse, grad_out.contiguous(), ctx.is_causal, ctx.block_size, ctx.mask
+        )
+        return dq, dk, dv, None, None, None  # nothing for is_causal, block_size, mask
+
+
+def tiled_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    is_causal: bool = False,
+    block_size: int | None = None,
+    mask: torch.Tensor | None = None,
+    recompute_backward: bool = True,
+) -> torch.Tensor:
+    """Exact attention, ``block_size`` queries x ``block_size`` keys at a time.
+
+    Each tile of scores updates a running row maximum, a running softmax denominator and a
+    running weighted sum of values (the online softmax), so no more than one tile of scores
+    exists at once. With ``is_causal`` the tiles wholly above the diagonal are skipped.
+    ``mask`` (boolean, True = may attend, broadcasting to ``(..., N, M)``) is optional; a
+    query with nothing allowed gets zeros. ``block_size`` defaults to
+    :data:`DEFAULT_BLOCK_SIZE`.
+
+    When gradients are needed, ``recompute_backward=True`` (the default) uses
+    :class:`TiledAttentionFunction`, whose backward recomputes the tiles;
+    ``recompute_backward=False`` lets autograd record every tile instead (the textbook way,
+    which stores ``O(N^2)`` numbers again; kept to measure the difference).
+
+    >>> q, k, v = torch.randn(3, 2, 10, 8).unbind(0)
+    >>> out = tiled_attention(q, k, v, is_causal=True, block_size=4)
+    >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
+    True
+    """
+    _check_qkv(query, key, value)
+    block_size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
+    _check_positive("block_size", block_size)
+    scores_shape = (*query.shape[:-1], key.shape[-2])
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a boolean tensor (True = may attend), got {mask!r}")
+        try:
+            mask = mask.expand(scores_shape)  # a view: no copy
+        except RuntimeError:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+                f"{scores_shape} (..., N, M)"
+            ) from None
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+    if needs_grad and recompute_backward:
+        return TiledAttentionFunction.apply(query, key, value, is_causal, block_size, mask)
+    if needs_grad:  # autograd records each tile: do not reuse tensors in place
+        return _tiled_forward_recorded(query, key, value, is_causal, block_size, mask)
+    return _tiled_forward(query, key, value, is_causal, block_size, mask)[0]
+
+
+def _tiled_forward_recorded(q, k, v, is_causal, block_size, mask):
+    """The same online softmax without in-place ops, so that autograd can record it."""
+    *batch, N, D = q.shape
+    M, scale = k.shape[-2], 1.0 / math.sqrt(D)
+    rows = []
+    for q0 in range(0, N, block_size):
+        q1 = min(q0 + block_size, N)
+        qb = q[..., q0:q1, :] * scale
+        row_max = q.new_full((*batch, q1 - q0, 1), float("-inf"))
+        row_sum, acc = q.new_zeros(*batch, q1 - q0, 1), q.new_zeros(*batch, q1 - q0, v.shape[-1])
+        for k0 in range(0, _key_end(is_causal, q1, M), block_size):
+            k1 = min(k0 + block_size, M)
+            s = qb @ k[..., k0:k1, :].transpose(-2, -1)
+            tile_mask = _tile_mask(mask, is_causal, q0, q1, k0, k1, q.device)
+            if tile_mask is not None:
+                s = s.masked_fill(~tile_mask, float("-inf"))
+            new_max = torch.maximum(row_max, s.amax(dim=-1, keepdim=True)).detach()
+            safe_max = new_max.masked_fill(new_max == float("-inf"), 0.0)
+            p = (s - safe_max).exp()
+            rescale = (row_max - safe_max).exp()
+            row_sum = row_sum * rescale + p.sum(dim=-1, keepdim=True)
+            acc = acc * rescale + p @ v[..., k0:k1, :]
+            row_max = new_max
+        rows.append(acc / row_sum.masked_fill(row_sum == 0, 1.0))
+    return torch.cat(rows, dim=-2)
+
+
+# ---------------------------------------------------------------------------------------
+# Linear attention: a positive feature map instead of exp
+# ---------------------------------------------------------------------------------------
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """``phi(x) = elu(x) + 1``, positive everywhere (Katharopoulos et al., 2020)."""
+    return F.elu(x) + 1.0
+
+
+def linear_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    is_causal: bool = False,
+    chunk_size: int | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """``phi(Q) (phi(K)^T V) / (phi(Q) . sum_j phi(K_j))`` with ``phi = elu + 1``.
+
+    This is attention with weights ``phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j')``
+    instead of ``softmax(q_i . k_j / sqrt(D))``: an approximation with a different kernel,
+    but it costs ``O(N D Dv)`` time and memory. Causal: the sequence is cut into chunks of
+    ``chunk_size`` (default :data:`DEFAULT_CHUNK_SIZE`); inside a chunk the masked
+    quadratic form is used, between chunks a running ``(D, Dv)`` state (a prefix sum).
+
+    >>> q, k, v = torch.randn(3, 1, 7, 4).unbind(0)
+    >>> w = (elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)).tril()
+    >>> quadratic = (w / w.sum(-1, keepdim=True)) @ v
+    >>> torch.allclose(linear_attention(q, k, v, is_causal=True, chunk_size=3), quadratic, atol=1e-5)
+    True
+    """
+    _check_qkv(query, key, value, same_length=is_causal)
+    chunk_size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
+    _check_positive("chunk_size", chunk_size)
+    fq, fk = elu_feature_map(query), elu_feature_map(key)  # (..., N, D), (..., M, D)
+    if not is_causal:
+        kv = fk.transpose(-2, -1) @ value  # (..., D, M) @ (..., M, Dv) -> (..., D, Dv)
+        z = fk.sum(dim=-2)  # (..., D)
+        numer = fq @ kv  # (..., N, D) @ (..., D, Dv) -> (..., N, Dv)
+        denom = fq @ z.unsqueeze(-1)  # (..., N, D) @ (..., D, 1) -> (..., N, 1)
+        return numer / (denom + eps)
+
+    *batch, N, D = fq.shape
+    Dv, C = value.shape[-1], chunk_size
+    n_chunks, pad = -(-N // C), -N % C
+    # Padding phi(k) (not k) with zeros: padded keys add nothing to any sum.
+    fq, fk, v = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, value))
+    fq = fq.reshape(*batch, n_chunks, C, D)  # (..., n, C, D)
+    fk = fk.reshape(*batch, n_chunks, C, D)
+    v = v.reshape(*batch, n_chunks, C, Dv)
+    # State after each chunk: sum over its keys of phi(k) v^T, then an exclusive prefix sum
+    chunk_kv = fk.transpose(-2, -1) @ v  # (..., n, D, C) @ (..., n, C, Dv) -> (..., n, D, Dv)
+    state = chunk_kv.cumsum(dim=-3) - chunk_kv  # keys of earlier chunks only
+    chunk_z = fk.sum(dim=-2)  # (..., n, D)
+    state_z = chunk_z.cumsum(dim=-2) - chunk_z
+    # Inside a chunk: the quadratic form with a causal mask, C x C per chunk
+    w = (fq @ fk.transpose(-2, -1)).tril_()  # (..., n, C, C)
+    numer = fq @ state + w @ v  # (..., n, C, Dv)
+    denom = (fq @ state_z.unsqueeze(-1)) + w.sum(dim=-1, keepdim=True)  # (..., n, C, 1)
+    out = numer / (denom + eps)
+    return out.reshape(*batch, n_chunks * C, Dv)[..., :N, :]
+
+
+# ---------------------------------------------------------------------------------------
+# Local and block-sparse attention: exact attention on a sparse pattern
+# ---------------------------------------------------------------------------------------
+def sliding_window_mask(N: int, window: int, is_causal: bool = False, device=None):
+    """``(N, N)`` mask: query i sees key j when ``|i - j| < window`` (and ``j <= i`` if causal).
+
+    >>> sliding_window_mask(4, 2, is_causal=True).int()
+    tensor([[1, 0, 0, 0],
+            [1, 1, 0, 0],
+            [0, 1, 1, 0],
+            [0, 0, 1, 1]], dtype=torch.int32)
+    """
+    _check_positive("N", N)
+    _check_positive("window", window)
+    offset = torch.arange(N, device=device)[:, None] - torch.arange(N, device=device)[None, :]
+    allowed = offset.abs() < window  # offset = i - j
+    return allowed & (offset >= 0) if is_causal else allowed
+
+
+def block_sparse_mask(
+    N: int, block_size: int, num_global: int = 0, is_causal: bool = False, device=None
+):
+    """``(N, N)`` mask: query i sees every key in its own block and the two neighbouring
+    blocks of ``block_size`` positions; the first ``num_global`` tokens see and are seen by
+    every position (BigBird / Longformer style). Causal keeps only ``j <= i``.
+
+    >>> block_sparse_mask(6, 2, num_global=1).int()
+    tensor([[1, 1, 1, 1, 1, 1],
+            [1, 1, 1, 1, 0, 0],
+            [1, 1, 1, 1, 1, 1],
+            [1, 1, 1, 1, 1, 1],
+            [1, 0, 1, 1, 1, 1],
+            [1, 0, 1, 1, 1, 1]], dtype=torch.int32)
+    """
+    _check_positive("N", N)
+    _check_positive("block_size", block_size)
+    _check_global(num_global, N)
+    blocks = torch.arange(N, device=device) // block_size
+    allowed = (blocks[:, None] - blocks[None, :]).abs() <= 1
+    allowed[:num_global, :] = True
+    allowed[:, :num_global] = True
+    return allowed.tril() if is_causal else allowed
+
+
+def _check_global(num_global, N) -> None:
+    if isinstance(num_global, bool) or not isinstance(num_global, int):
+        raise TypeError(f"num_global must be an int, got {type(num_global).__name__}")
+    if not 0 <= num_global <= N:
+        raise ValueError(f"num_global must be in [0, N={N}], got {num_global}")
+
+
+def _banded_attention(query, key, value, block, is_causal, window, num_global):
+    """Queries in block b see keys in blocks b-1, b, b+1, through an ``unfold`` view.
+
+    ``window`` (or None) restricts that to ``|i - j| < window``; the first ``num_global``
+    keys are added to every query, and the first ``num_global`` queries see every key.
+    Memory is ``O(N * block)``: 3 blocks of scores per query (2 if causal: the block after
+    is all in the future), plus ``num_global``.
+    """
+    *batch, N, D = query.shape
+    Dv = value.shape[-1]
+    n_blocks = -(-N // block)
+    pad = n_blocks * block - N
+    scale = 1.0 / math.sqrt(D)
+    q = F.pad(query * scale, (0, 0, 0, pad)).reshape(*batch, n_blocks, block, D)
+    # One padding block either side, so every query block has a block before and after it
+    k = F.pad(key, (0, 0, block, block + pad))  # (..., (n + 2) * block, D)
+    v = F.pad(value, (0, 0, block, block + pad))
+    width = (2 if is_causal else 3) * block  # keys per query block: w
+    k_win = k.unfold(-2, 3 * block, block)[..., :width]  # (..., n, D, w): a view, no copy
+    v_win = v.unfold(-2, 3 * block, block)[..., :width].transpose(-2, -1)  # (..., n, w, Dv)
+    s = q @ k_win  # (..., n, block, D) @ (..., n, D, w) -> (..., n, block, w)
+
+    device = query.device
+    qi = torch.arange(n_blocks * block, device=device).reshape(n_blocks, block, 1)
+    kj = (torch.arange(n_blocks, device=device) * block - block).reshape(n_blocks, 1, 1)
+    kj = kj + torch.arange(width, device=device)  # (n, 1, w), absolute key index
+    allowed = (kj >= 0) & (kj < N)  # not padding
+    if window is not None:
+        allowed = allowed & ((qi - kj).abs() < window)
+    if is_causal:
+        allowed = allowed & (kj <= qi)
+    local = allowed & (kj >= num_global)  # global keys come once, from the global part below
+    s = s.masked_fill_(~local, float("-inf"))  # in place: matmul's backward does not need s
+    if num_global:
+        g = torch.arange(num_global, device=device)
+        sg = q @ key[..., None, :num_global, :].transpose(-2, -1)  # (..., n, block, G)
+        ok = (g <= qi) if is_causal else torch.ones_like(g, dtype=torch.bool)
+        s = torch.cat([s, sg.masked_fill(~ok, float("-inf"))], dim=-1)
+        v_win = torch.cat(
+            [v_win, value[..., None, :num_global, :].expand(*batch, n_blocks, -1, -1)], dim=-2
+        )
+    p = torch.softmax(s, dim=-1)  # every real query sees at least itself: no empty row
+    out = (p @ v_win).reshape(*batch, n_blocks * block, Dv)[..., :N, :]
+    if num_global:  # global queries attend to every key: G x N scores, linear in N
+        full = naive_attention(query[..., :num_global, :], key, value, is_causal=is_causal)
+        out = torch.cat([full, out[..., num_global:, :]], dim=-2)
+    return out
+
+
+def sliding_window_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    window: int,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """Exact attention restricted to ``|i - j| < window`` (and ``j <= i`` if causal).
+
+    Equals ``F.scaled_dot_product_attention`` with ``attn_mask=sliding_window_mask(N,
+    window, is_causal)``, but computes only ``O(N * window)`` scores.
+
+    >>> q, k, v = torch.randn(3, 2, 9, 4).unbind(0)
+    >>> mask = sliding_window_mask(9, 3, is_causal=True)
+    >>> out = sliding_window_attention(q, k, v, window=3, is_causal=True)
+    >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6)
+    True
+    """
+    _check_qkv(query, key, value, same_length=True)
+    _check_positive("window", window)
+    return _banded_attention(query, key, value, window, is_causal, window, 0)
+
+
+def block_sparse_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block_size: int,
+    num_global: int = 0,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """Exact attention on :func:`block_sparse_mask`'s pattern: neighbouring blocks plus
+    ``num_global`` global tokens, with ``O(N * (block_size + num_global))`` scores.
+
+    >>> q, k, v = torch.randn(3, 2, 10, 4).unbind(0)
+    >>> mask = block_sparse_mask(10, 3, num_global=2)
+    >>> out = block_sparse_attention(q, k, v, block_size=3, num_global=2)
+    >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6)
+    True
+    """
+    _check_qkv(query, key, value, same_length=True)
+    _check_positive("block_size", block_size)
+    _check_global(num_global, query.shape[-2])
+    return _banded_attention(query, key, value, block_size, is_causal, None, num_global)
+
+
+# ---------------------------------------------------------------------------------------
+# Measuring memory
+# ---------------------------------------------------------------------------------------
+def _proc_status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"{field} is not in /proc/self/status")
+
+
+def peak_extra_memory(fn, *args, **kwargs):
+    """Call ``fn(*args, **kwargs)``; return ``(result, peak extra bytes or None)``.
+
+    The peak is the process's resident-memory high-water mark during the call minus its
+    resident memory just before (Linux: ``/proc/self/clear_refs`` resets the mark). It counts
+    every byte the call touched, torch's tensors and its libraries' scratch buffers alike,
+    the result included. It first returns freed heap memory to the system (glibc's
+    ``malloc_trim``), so that reused memory hides little; still, compare sizes that differ
+    by more than a few MiB. Returns ``None`` for the bytes where
+    ``/proc`` is missing (macOS, Windows) or on CUDA tensors' device memory.
+
+    >>> result, extra = peak_extra_memory(torch.ones, 1000)
+    >>> result.shape, extra is None or extra >= 0
+    (torch.Size([1000]), True)
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    try:
+        # Hand memory that earlier calls freed back to the system, so that this call has to
+        # touch fresh pages (and shows up in the peak) instead of quietly reusing them.
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: the reading may then hide reused memory
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM (the peak) to the current resident size
+        before = _proc_status_kib("VmRSS")
+    except OSError:
+        return fn(*args, **kwargs), None
+    result = fn(*args, **kwargs)
+    return result, max(_proc_status_kib("VmHWM") - before, 0) * 1024
