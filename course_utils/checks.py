@@ -269,3 +269,343 @@ def check_nadaraya_watson(fn: Callable) -> None:
         "shape (Lq, Lk); weights = torch.softmax(scores, dim=-1); predictions = weights @ "
         "y_train. Return (predictions, weights).",
     )
+
+
+# --- notebook 04 exercises ---
+def _split_heads_reference(x, num_heads):
+    B, L, E = x.shape  # (B, L, E) -> (B, L, H, E/H) -> (B, H, L, E/H)
+    return x.reshape(B, L, num_heads, E // num_heads).transpose(1, 2)
+
+
+def check_split_heads(fn: Callable) -> None:
+    """Check a learner's ``split_heads(x, num_heads)``: ``(B, L, E) -> (B, H, L, E / H)``."""
+    g = _seeded(40)
+    cases = [
+        (torch.randn(1, 3, 4, generator=g), 2),
+        (torch.randn(2, 5, 12, generator=g), 3),
+        (torch.randn(3, 4, 8, generator=g), 1),
+    ]
+    check_function(
+        fn,
+        _split_heads_reference,
+        cases,
+        name="split_heads",
+        hint="x.view(B, L, H, E // H) puts each head's features in their own axis; then "
+        ".transpose(1, 2) moves the head axis in front of the positions. (A plain "
+        ".view(B, H, L, E // H) gives the right shape but mixes positions into heads.)",
+    )
+
+
+def _multi_head_reference(x, W_q, W_k, W_v, W_o, num_heads, mask=None):
+    """The library's ``MultiHeadAttention`` without biases, holding ``W`` (``x @ W`` layout)."""
+    E = x.shape[-1]
+    module = attention.MultiHeadAttention(E, num_heads, bias=False)
+    with torch.no_grad():
+        for proj, W in zip(
+            (module.q_proj, module.k_proj, module.v_proj, module.out_proj),
+            (W_q, W_k, W_v, W_o),
+            strict=True,
+        ):
+            proj.weight.copy_(W.T)  # nn.Linear computes x @ weight.T
+        return module(x, x, x, mask=mask)
+
+
+def check_multi_head_self_attention(fn: Callable) -> None:
+    """Check ``mha(x, W_q, W_k, W_v, W_o, num_heads, mask)`` -> ``(out (B, L, E), weights)``."""
+    g = _seeded(41)
+
+    def case(B, L, E, H, masked):
+        Ws = [torch.randn(E, E, generator=g) / E**0.5 for _ in range(4)]
+        mask = attention.causal_mask(L) if masked else None
+        return (torch.randn(B, L, E, generator=g), *Ws, H, mask)
+
+    cases = [case(1, 4, 4, 1, False), case(2, 5, 8, 2, False), case(2, 6, 12, 3, True)]
+    check_function(
+        fn,
+        _multi_head_reference,
+        cases,
+        name="multi_head_self_attention",
+        hint="project with x @ W_q (and W_k, W_v), split each into heads (B, H, L, dk), "
+        "scores = q @ k^T / sqrt(dk) with dk = E // H, masked softmax, weights @ v, then "
+        "transpose(1, 2).reshape(B, L, E) to merge the heads and multiply by W_o.",
+    )
+
+
+def check_previous_token_score(fn: Callable) -> None:
+    """Check a learner's ``previous_token_score(weights (B, H, L, L))`` -> ``(H,)``."""
+    from .toy_models import head_pattern_scores
+
+    g = _seeded(42)
+    eye = torch.eye(6)
+    one_back = torch.diag(torch.ones(5), -1)
+    one_back[0, 0] = 1.0  # position 0 can only look at itself
+    cases = [
+        (torch.stack([one_back, eye, torch.full((6, 6), 1 / 6)])[None],),  # (1, 3, 6, 6)
+        (torch.softmax(torch.randn(4, 2, 5, 5, generator=g), dim=-1),),
+        (torch.softmax(3 * torch.randn(2, 4, 9, 9, generator=g), dim=-1),),
+    ]
+    check_function(
+        fn,
+        lambda w: head_pattern_scores(w)["previous"],
+        cases,
+        name="previous_token_score",
+        hint="the weight of query t on key t - 1 is weights[:, :, t, t - 1] with t = "
+        "torch.arange(2, L) (advanced indexing pairs the two index tensors); average over "
+        "the batch (dim 0) and the positions, keeping the head axis.",
+    )
+
+
+# --- notebook 05 exercises ---
+def check_sinusoidal_encoding(fn: Callable) -> None:
+    """Check a learner's ``sinusoidal_encoding(max_len, d_model)`` -> ``(max_len, d_model)``."""
+    from .positional import sinusoidal_encoding
+
+    check_function(
+        fn,
+        lambda max_len, d_model: sinusoidal_encoding(max_len, d_model),
+        [(4, 2), (10, 8), (50, 16)],
+        name="sinusoidal_encoding",
+        hint="PE[p, 2i] = sin(p / 10000**(2i / d_model)) and PE[p, 2i+1] = cos(the same "
+        "angle): build positions (max_len, 1) and 2i = torch.arange(0, d_model, 2), divide, "
+        "then fill the even columns with sin and the odd ones with cos.",
+        atol=1e-4,
+    )
+
+
+def check_offset_rotation(fn: Callable) -> None:
+    """Check a learner's ``offset_rotation(k, d_model)`` -> ``M_k`` ``(d_model, d_model)``."""
+    from .positional import offset_rotation
+
+    check_function(
+        fn,
+        lambda k, d_model: offset_rotation(k, d_model),
+        [(1, 2), (3, 4), (5, 8), (-2, 6)],
+        name="offset_rotation",
+        hint="block i (rows and columns 2i, 2i+1) is [[cos(k w), sin(k w)], [-sin(k w), "
+        "cos(k w)]] with w = 1 / 10000**(2i / d_model): it maps (sin(p w), cos(p w)) to "
+        "(sin((p+k) w), cos((p+k) w)). Every other entry is 0.",
+        atol=1e-5,
+    )
+
+
+def check_apply_rotary(fn: Callable) -> None:
+    """Check a learner's ``apply_rotary(x, positions)`` against the course's."""
+    from .positional import apply_rotary
+
+    g = _seeded(50)
+    cases = [
+        (torch.randn(3, 2, generator=g), torch.arange(3)),
+        (torch.randn(5, 8, generator=g), torch.arange(5)),
+        (torch.randn(2, 4, 6, generator=g), torch.tensor([7, 3, 0, 12])),
+    ]
+    check_function(
+        fn,
+        apply_rotary,
+        cases,
+        name="apply_rotary",
+        hint="theta_i = 10000**(-2i / D) for i = 0 .. D/2 - 1; the angle at position p is "
+        "p * theta_i; with x1 = x[..., 0::2], x2 = x[..., 1::2], the result has x1 cos - x2 sin "
+        "in the even features and x1 sin + x2 cos in the odd ones.",
+        atol=1e-5,
+    )
+
+
+# --- notebook 03 exercises ---
+
+
+def _attention_read_reference(query, enc_states, src_mask, W_q, W_k, v):
+    """``bahdanau.attend`` with an ``AdditiveScore`` holding ``W_q (A, H)``, ``W_k (A, K)``, ``v (A,)``."""
+    from . import bahdanau  # imported here: this section is appended to the module
+
+    A, H = W_q.shape
+    score = attention.AdditiveScore(query_dim=H, key_dim=W_k.shape[1], hidden_dim=A)
+    with torch.no_grad():
+        score.w_q.weight.copy_(W_q)
+        score.w_k.weight.copy_(W_k)
+        score.v.weight.copy_(v.unsqueeze(0))
+        return bahdanau.attend(query, enc_states, src_mask, score)
+
+
+def check_attention_read(fn: Callable) -> None:
+    """Check ``attention_read(query, enc_states, src_mask, W_q, W_k, v)`` -> ``(context, weights)``.
+
+    ``query (B, H)``, ``enc_states (B, S, K)``, ``src_mask (B, S)`` boolean (True = real
+    token), ``W_q (A, H)``, ``W_k (A, K)``, ``v (A,)``; ``context (B, K)``, ``weights (B, S)``.
+    """
+    g = _seeded(30)
+
+    def case(B, S, H, K, A, lengths):
+        src_mask = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]  # (B, S)
+        return (
+            torch.randn(B, H, generator=g),
+            torch.randn(B, S, K, generator=g),
+            src_mask,
+            torch.randn(A, H, generator=g),
+            torch.randn(A, K, generator=g),
+            torch.randn(A, generator=g),
+        )
+
+    cases = [
+        case(1, 4, 3, 3, 5, [4]),  # no padding
+        case(3, 6, 4, 5, 7, [6, 2, 4]),  # padding, and query and key sizes differ
+        case(2, 5, 3, 3, 4, [1, 5]),  # an input of one token gets all the weight
+    ]
+    check_function(
+        fn,
+        _attention_read_reference,
+        cases,
+        name="attention_read",
+        hint="scores = tanh(query @ W_q.T, unsqueezed to (B, 1, A), + enc_states @ W_k.T) @ v "
+        "has shape (B, S); fill the padded scores with a very negative number, softmax over S, "
+        "set the padded weights to exactly 0; context = weights (B, 1, S) @ enc_states.",
+    )
+
+
+def check_alignment_accuracy(fn: Callable) -> None:
+    """Check ``alignment_acc(weights (B, T, S), gold (B, T))`` -> a float in [0, 1]."""
+    from . import bahdanau  # imported here: this section is appended to the module
+
+    g = _seeded(31)
+    hand = torch.tensor([[[0.1, 0.9], [0.8, 0.2], [0.5, 0.5]]])  # (1, 3, 2)
+    random_weights = torch.softmax(torch.randn(3, 6, 5, generator=g), dim=-1)
+    random_gold = torch.randint(0, 5, (3, 6), generator=g)
+    random_gold[:, -2:] = -1  # the last two steps of every row do not count
+    mirrored = torch.softmax(3 * torch.randn(2, 5, 4, generator=g), dim=-1)
+    mirrored_gold = torch.tensor([[3, 2, 1, 0, -1], [1, 0, -1, -1, -1]])  # lengths 4 and 2
+    cases = [
+        (hand, torch.tensor([[1, 1, -1]])),
+        (random_weights, random_gold),
+        (mirrored, mirrored_gold),
+    ]
+
+    def as_tensor(f):
+        return lambda w, gold: torch.as_tensor(f(w, gold), dtype=torch.float64)
+
+    check_function(
+        as_tensor(fn),
+        as_tensor(bahdanau.alignment_accuracy),
+        cases,
+        name="alignment_accuracy",
+        hint="weights.argmax(dim=-1) is the most-attended position per step, (B, T); compare it "
+        "with gold, keep only the steps where gold >= 0, and divide the hits by the number of "
+        "counted steps (not by B * T).",
+    )
+
+
+# --- notebook 06 exercises ---
+def _feed_forward_reference(x, W1, b1, W2, b2):
+    from .transformer import FeedForward
+
+    module = FeedForward(W1.shape[1], W1.shape[0])
+    with torch.no_grad():
+        for layer, W, b in ((module.linear1, W1, b1), (module.linear2, W2, b2)):
+            layer.weight.copy_(W)
+            layer.bias.copy_(b)
+        return module(x)
+
+
+def check_feed_forward(fn: Callable) -> None:
+    """Check a learner's ``feed_forward(x, W1, b1, W2, b2)`` against the course's module."""
+    g = _seeded(60)
+    cases = []
+    for shape, F in (((4, 8), 16), ((2, 3, 8), 32), ((2, 5, 6), 4)):
+        E = shape[-1]
+        cases.append(
+            (
+                torch.randn(*shape, generator=g),
+                torch.randn(F, E, generator=g),
+                torch.randn(F, generator=g),
+                torch.randn(E, F, generator=g),
+                torch.randn(E, generator=g),
+            )
+        )
+    check_function(
+        fn,
+        _feed_forward_reference,
+        cases,
+        name="feed_forward",
+        hint="nn.Linear computes x @ W.T + b; apply relu to the first layer's output, then the "
+        "second layer. The shapes: (..., E) -> (..., F) -> (..., E).",
+    )
+
+
+def check_label_smoothing_loss(fn: Callable) -> None:
+    """Check a learner's ``loss(logits, targets, pad_id, smoothing)`` -> a scalar tensor."""
+    from .transformer import label_smoothed_loss
+
+    g = _seeded(61)
+    logits = torch.randn(3, 5, 7, generator=g)
+    targets = torch.randint(1, 7, (3, 5), generator=g)
+    targets[1, 2:] = 0  # padding, which must not count
+    cases = [(logits, targets, 0, 0.0), (logits, targets, 0, 0.1), (3 * logits, targets, 0, 0.4)]
+    check_function(
+        fn,
+        label_smoothed_loss,
+        cases,
+        name="label_smoothing_loss",
+        hint="build q = smoothing / V everywhere plus (1 - smoothing) at the target, take "
+        "-(q * log_softmax(logits)).sum(-1) per position, then average only over positions "
+        "where targets != pad_id.",
+    )
+
+
+def check_noam_rate(fn: Callable) -> None:
+    """Check a learner's ``noam(step, d_model, warmup_steps, factor)`` -> a float."""
+    from .transformer import noam_rate
+
+    def as_tensor(f):
+        return lambda *args: torch.tensor(float(f(*args)), dtype=torch.float64)
+
+    cases = [(1, 512, 4000, 1.0), (4000, 512, 4000, 1.0), (20000, 512, 4000, 1.0)]
+    cases += [(50, 64, 100, 2.0), (300, 64, 100, 2.0)]
+    check_function(
+        as_tensor(fn),
+        as_tensor(noam_rate),
+        cases,
+        name="noam_rate",
+        hint="factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5): the "
+        "second term wins while step < warmup_steps (the linear rise).",
+        atol=1e-12,
+    )
+
+
+# --- notebook 13 exercises ---
+def check_online_softmax(fn: Callable) -> None:
+    """Check a learner's one-pass ``online_softmax(scores)`` (1-D) against ``torch.softmax``."""
+    g = _seeded(13)
+    cases = [
+        (torch.tensor([2.0, 4.0, 1.0, 5.0, 3.0]),),  # the notebook's worked example
+        (torch.randn(17, generator=g),),
+        (torch.tensor([1000.0, 999.0, -1000.0, 998.0]),),  # exp(1000) overflows float32
+        (torch.tensor([-3.0]),),
+    ]
+    check_function(
+        fn,
+        lambda scores: torch.softmax(scores, dim=-1),
+        cases,
+        name="online_softmax",
+        hint="start with m = -inf and l = 0; for each score s: m_new = max(m, s), "
+        "l = l * exp(m - m_new) + exp(s - m_new), m = m_new; at the end return "
+        "exp(scores - m) / l.",
+    )
+
+
+def _dilated_window_reference(N: int, window: int, dilation: int) -> torch.Tensor:
+    offset = torch.arange(N)[:, None] - torch.arange(N)[None, :]  # (N, N): i - j
+    return (offset.abs() < window * dilation) & (offset % dilation == 0)
+
+
+def check_dilated_window_mask(fn: Callable) -> None:
+    """Check a learner's ``dilated_window_mask(N, window, dilation)`` -> bool ``(N, N)``."""
+    from . import efficient  # imported here: this section is appended to the module
+
+    cases = [(6, 2, 1), (10, 3, 2), (12, 2, 3), (5, 8, 2)]
+    assert torch.equal(_dilated_window_reference(9, 3, 1), efficient.sliding_window_mask(9, 3))
+    check_function(
+        fn,
+        _dilated_window_reference,
+        cases,
+        name="dilated_window_mask",
+        hint="offset = i - j for every pair, shape (N, N), from two aranges; a key is allowed "
+        "when abs(offset) < window * dilation and offset % dilation == 0. Return booleans.",
+    )
