@@ -27,8 +27,8 @@ lab: venv
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 lint: venv
-	$(BIN)/ruff check course_utils tests notebooks conftest.py
-	$(BIN)/ruff format --check course_utils tests conftest.py
+	$(BIN)/ruff check course_utils tests notebooks benchmarks conftest.py
+	$(BIN)/ruff format --check course_utils tests benchmarks conftest.py
 
 test: venv lint
 	$(BIN)/python -m pytest tests notebooks --nbval-lax -p no:cacheprovider

@@ -1,8 +1,13 @@
 """Attention from Scratch: the tested helpers that the course notebooks import.
 
-Modules, one concern each: ``attention`` (scores, masked softmax, attention), ``data``
-(seeded synthetic tasks and batches), ``training`` (seeding, device, the training loop),
-``plotting``, ``widgets`` and ``checks`` (exercise checkers).
+Modules, one concern each: ``attention`` (scores, masked softmax, attention, multi-head
+attention), ``data`` (seeded synthetic tasks and batches), ``training`` (seeding, device, the
+training loop), ``seq2seq`` (the GRU encoder-decoder of notebook 01), ``bahdanau`` (the same
+with additive attention, notebook 03), ``positional`` (sinusoidal, learned and rotary
+positions), ``toy_models`` (small attention-only models whose heads can be read),
+``transformer`` (the Transformer and a seq2seq model around it), ``efficient`` (tiled, linear,
+sliding-window and block-sparse attention), ``plotting``, ``widgets``, ``checks`` (exercise
+checkers) and ``student`` (notebooks without solutions).
 """
 
 __version__ = "0.1.0"

@@ -56,4 +56,12 @@ def heatmap_explorer(
         plt.close(fig)  # shown once in the widget's output, never again at the cell's end
         return weights
 
-    return widgets.interactive(draw, **controls)
+    explorer = widgets.interactive(draw, **controls)
+    for control in explorer.children[:-1]:
+        if hasattr(control, "continuous_update"):
+            # Redraw when the learner lets go of a slider, not at every step of a drag. This
+            # also stops the page from sending a slider's first value back to the kernel when
+            # a later cell sets it from code while the page is still creating the widget,
+            # which would leave the slider showing one value and the heatmap another.
+            control.continuous_update = False
+    return explorer

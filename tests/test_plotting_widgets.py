@@ -87,3 +87,75 @@ def test_heatmap_explorer_labels_may_change_with_the_controls():
     assert explorer.result.shape == (1, 4)
     with pytest.raises(ValueError, match="at least one control"):
         widgets.heatmap_explorer(lambda: np.eye(2))
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """What each redraw shows: the title and the heatmap's values of every displayed figure."""
+    shown = []
+
+    def record(fig):
+        ax = fig.axes[0]
+        shown.append((ax.get_title(), np.asarray(ax.collections[0].get_array())))
+
+    monkeypatch.setattr(widgets, "display", record)
+    return shown
+
+
+def test_heatmap_explorer_dropdown_and_checkbox_redraw_what_they_show(drawn):
+    """Notebook 02's d_k explorer: a dropdown and a checkbox, each redraws once per change."""
+    import ipywidgets
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, 64, generator=g), torch.randn(5, 64, generator=g)
+
+    def compute(d_k, scaled):
+        scores = q[:, :d_k] @ k[:, :d_k].T  # (3, d_k) @ (d_k, 5) -> (3, 5)
+        return torch.softmax(scores / (d_k**0.5 if scaled else 1.0), -1)
+
+    explorer = widgets.heatmap_explorer(
+        compute, title=lambda d_k, scaled: f"d_k={d_k} scaled={scaled}", d_k=[4, 64], scaled=False
+    )
+    dropdown, checkbox = explorer.children[:2]
+    assert isinstance(dropdown, ipywidgets.Dropdown) and isinstance(checkbox, ipywidgets.Checkbox)
+    assert [t for t, _ in drawn] == ["d_k=4 scaled=False"]  # drawn once when built
+
+    dropdown.value = 64
+    checkbox.value = True
+    assert [t for t, _ in drawn] == [
+        "d_k=4 scaled=False",
+        "d_k=64 scaled=False",
+        "d_k=64 scaled=True",
+    ]
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        q[None], k[None], torch.eye(5)[None]
+    )[0]  # attention to one-hot values returns the weights themselves
+    np.testing.assert_allclose(explorer.result, reference.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(drawn[-1][1].reshape(3, 5), explorer.result, rtol=1e-6)
+    # scaling by sqrt(64) = 8 flattens the rows
+    assert drawn[-1][1].max() < drawn[-2][1].max()
+
+
+def test_heatmap_explorer_slider_value_reaches_title_and_heatmap(drawn):
+    """Moving the slider redraws once, with the new value in the title and in the weights."""
+    scores = torch.tensor([[3.0, 0.0, -1.0]])
+    explorer = widgets.heatmap_explorer(
+        lambda t: torch.softmax(scores / t, -1),
+        title=lambda t: f"T = {t:.2f}",
+        t=(0.1, 5.0, 0.1),
+    )
+    slider = explorer.children[0]
+    n = len(drawn)
+    slider.value = 0.5
+    assert len(drawn) == n + 1
+    title, heat = drawn[-1]
+    assert title == "T = 0.50"
+    np.testing.assert_allclose(heat.ravel(), torch.softmax(scores / 0.5, -1).numpy()[0], rtol=1e-6)
+    slider.value = 0.5  # no change, no redraw
+    assert len(drawn) == n + 1
+
+
+def test_explorer_sliders_redraw_on_release_so_page_and_kernel_agree():
+    """A slider set from code while the page builds the widget must not be reset by the page."""
+    explorer = widgets.heatmap_explorer(lambda t: np.eye(2) * t, t=(0.1, 1.0, 0.1))
+    assert explorer.children[0].continuous_update is False

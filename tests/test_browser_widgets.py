@@ -1,0 +1,561 @@
+"""The notebooks' widgets as a learner sees them: JupyterLab in headless Chromium.
+
+For each notebook in ``WIDGET_NOTEBOOKS`` the test starts JupyterLab from the course's
+``.venv`` on a free loopback port, in a temporary copy of ``notebooks/`` with its own Jupyter
+settings, runtime and workspace folders, opens the notebook in Chromium through Playwright,
+runs all cells from the Run menu and waits for the kernel to go idle. It fails on any
+traceback in the page and on "Error displaying widget". It checks that each heatmap is the
+one the kernel draws for the value its control shows (a second kernel client redraws every
+widget; no image may change). Then, in every heatmap widget (an ``interactive`` that draws an
+image) with a slider or a dropdown, it moves the first such control as a learner would
+(drags the slider, picks another entry) and checks that the control shows its new value and
+that the heatmap's colours changed. Screenshots of each widget before and after go to a
+folder the test prints, with one line per notebook saying what moved.
+
+Chromium is the system one (Debian/Ubuntu package ``chromium``, or the binary named by the
+``CHROMIUM`` variable); Playwright never downloads a browser here. Without Chromium the tests
+skip with a message; with ``COURSE_REQUIRE_BROWSER=1`` (set by ``.ci/run``) they fail instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Notebooks whose widgets are tested in the browser. A new notebook with widgets joins with
+# one line; every heatmap widget in it with a slider or dropdown is moved and compared.
+WIDGET_NOTEBOOKS = [
+    "00_welcome.ipynb",
+    "02_query_key_value.ipynb",
+]
+
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+REQUIRE = os.environ.get("COURSE_REQUIRE_BROWSER", "") not in ("", "0")
+# On a closed network Chromium's own background connections only fail; turn them off.
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Jupyter settings for the test server: no news or update checks (they would pop up a
+# notification over the page), and every cell attached to the page so all outputs render.
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+}
+SERVER_START_S = 90  # JupyterLab's first start on a busy 2-core machine
+WIDGET_REDRAW_S = 60  # one widget redraw after a control moves
+STDERR = "application/vnd.jupyter.stderr"  # JupyterLab renders tracebacks with this type
+
+
+# --------------------------------------------------------------------------------------
+# Chromium present, or a clear skip
+
+
+def _missing_browser() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the Python package playwright is not installed (pip install -e '.[dev]')"
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        return (
+            f"Chromium not found at {CHROMIUM}. Install it (Debian/Ubuntu: "
+            "apt-get install chromium) or set CHROMIUM=/path/to/chromium-or-chrome"
+        )
+    return None
+
+
+def _require_browser() -> None:
+    reason = _missing_browser()
+    if reason is None:
+        return
+    message = f"browser widget tests need Chromium: {reason}"
+    if REQUIRE:
+        pytest.fail(f"{message} (COURSE_REQUIRE_BROWSER is set, so this is a failure)")
+    pytest.skip(f"{message}. Skipped; CI sets COURSE_REQUIRE_BROWSER=1 and runs them.")
+
+
+# --------------------------------------------------------------------------------------
+# JupyterLab on loopback, in a temporary folder
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JupyterLab:
+    """A JupyterLab server in its own process group, with everything under ``workdir``."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.root = workdir / "notebooks"
+        self.token = secrets.token_hex(16)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "jupyterlab.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        shutil.copytree(
+            ROOT / "notebooks", self.root, ignore=shutil.ignore_patterns(".ipynb_checkpoints")
+        )
+        settings = self.workdir / "lab-settings"
+        for name, values in LAB_SETTINGS.items():
+            path = settings / f"{name}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
+        env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+        env.update(
+            JUPYTER_CONFIG_DIR=str(self.workdir / "config"),
+            JUPYTER_DATA_DIR=str(self.workdir / "data"),
+            JUPYTER_RUNTIME_DIR=str(self.workdir / "runtime"),
+            JUPYTERLAB_SETTINGS_DIR=str(settings),
+            JUPYTERLAB_WORKSPACES_DIR=str(self.workdir / "workspaces"),
+            IPYTHONDIR=str(self.workdir / "ipython"),
+        )
+        venv_python = ROOT / ".venv" / "bin" / "python"
+        python = str(venv_python) if venv_python.exists() else sys.executable
+        command = [
+            python,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            f"--ServerApp.root_dir={self.root}",
+            f"--IdentityProvider.token={self.token}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
+        if os.getuid() == 0:
+            command.append("--allow-root")  # CI machines and containers run as root
+        log = self.log_path.open("w")
+        # A new session makes the server a process-group leader, so stop() can end it all.
+        self.proc = subprocess.Popen(
+            command,
+            cwd=self.root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + SERVER_START_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"JupyterLab exited at start:\n{self.log_tail()}")
+            try:
+                self.api("GET", "/api/status")
+                return
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.3)
+        raise RuntimeError(f"JupyterLab did not answer in {SERVER_START_S} s:\n{self.log_tail()}")
+
+    def api(self, method: str, path: str):
+        request = urllib.request.Request(
+            self.url + path, method=method, headers={"Authorization": f"token {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def session(self, notebook: str) -> dict | None:
+        for session in self.api("GET", "/api/sessions"):
+            if session["path"] == notebook:
+                return session
+        return None
+
+    def shutdown_kernel(self, notebook: str) -> None:
+        session = self.session(notebook)
+        if session is not None:
+            self.api("DELETE", f"/api/sessions/{session['id']}")
+
+    def execute(self, notebook: str, code: str, timeout: float) -> None:
+        """Run ``code`` in the notebook's kernel as a second client; raise if it fails."""
+        from jupyter_client import BlockingKernelClient
+
+        kernel_id = self.session(notebook)["kernel"]["id"]
+        client = BlockingKernelClient()
+        client.load_connection_file(self.workdir / "runtime" / f"kernel-{kernel_id}.json")
+        client.start_channels()
+        try:
+            reply = client.execute_interactive(code, timeout=timeout, output_hook=lambda m: None)
+        finally:
+            client.stop_channels()
+        content = reply["content"]
+        assert content["status"] == "ok", f"{content.get('ename')}: {content.get('evalue')}"
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self) -> None:
+        """End the server and every kernel it started, whatever state the test left."""
+        if self.proc is None:
+            return
+        import psutil
+
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        try:  # kernels run in process groups of their own: ask the server to end them
+            self.api("POST", "/api/shutdown")
+            self.proc.wait(timeout=15)
+        except Exception:
+            pass
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(timeout=10)
+        for child in children:  # anything the server started and left behind
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(children, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _require_browser()
+    server = JupyterLab(tmp_path_factory.mktemp("jupyterlab"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _say(config, text: str) -> None:
+    """A line in pytest's output even when the test passes (print() would be captured)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        reporter.write_line(text)
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory, pytestconfig):
+    folder = tmp_path_factory.mktemp("widget_screenshots")
+    _say(pytestconfig, f"\nwidget screenshots (before / after): {folder}")
+    return folder
+
+
+# --------------------------------------------------------------------------------------
+# What the page shows
+
+
+def _tracebacks(page) -> list[str]:
+    """Text of every traceback in the page, cells and widget outputs alike."""
+    texts = page.eval_on_selector_all(
+        f'.jp-OutputArea-output[data-mime-type="{STDERR}"]', "els => els.map(e => e.innerText)"
+    )
+    return [t for t in texts if "Traceback" in t or "Error" in t]
+
+
+def _check_page(page, notebook: str, when: str) -> None:
+    errors = _tracebacks(page)
+    assert not errors, f"{notebook}: error output {when}:\n" + "\n---\n".join(
+        e[-3000:] for e in errors
+    )
+    shown = page.evaluate("() => document.body.textContent.includes('Error displaying widget')")
+    assert not shown, f"{notebook}: 'Error displaying widget' {when}"
+
+
+def _prompts(page) -> list[str]:
+    return page.eval_on_selector_all(
+        ".jp-Notebook .jp-CodeCell .jp-InputArea-prompt",
+        "els => els.map(e => e.innerText.trim())",
+    )
+
+
+def _wait_for_kernel_idle(lab: JupyterLab, notebook: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        session = lab.session(notebook)
+        if session and session["kernel"]["execution_state"] == "idle":
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{notebook}: the kernel was not idle within {timeout:.0f} s")
+
+
+def _run_all_cells(page, lab: JupyterLab, notebook: str, n_code: int, timeout: float) -> None:
+    """Run > Run All Cells, then wait until every code cell ran (or one failed) and idle."""
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        prompts = _prompts(page)
+        done = sum(p.startswith("[") and p[1:-2].isdigit() for p in prompts)
+        busy = any("*" in p for p in prompts)
+        if not busy and (done == n_code or (done and _tracebacks(page))):
+            _wait_for_kernel_idle(lab, notebook, timeout=max(deadline - time.monotonic(), 5))
+            return
+        time.sleep(0.5)
+    raise AssertionError(
+        f"{notebook}: cells still running after {timeout:.0f} s; prompts {_prompts(page)}"
+    )
+
+
+# Redraw every interactive at its controls' current values, from a second kernel client.
+REDRAW_ALL = """(lambda: [w.update() for w in list(__import__('ipywidgets').widgets.widget._instances.values())
+          if isinstance(w, __import__('ipywidgets').interactive)])()"""
+
+
+def _check_widgets_in_sync(page, lab: JupyterLab, notebook: str) -> None:
+    """After Run All, each heatmap must be what the kernel draws for the value its control shows.
+
+    A cell that sets a displayed control from code can race the page, which is still creating
+    the widget: the page then shows one value and a heatmap drawn for another. Redrawing at
+    the current values must leave every image as it was.
+    """
+    boxes = page.locator(".widget-interact")
+    before = [boxes.nth(i).evaluate(WIDGET_STATE_JS) for i in range(boxes.count())]
+    page.eval_on_selector_all(
+        ".widget-interact .widget-output img", "els => els.forEach(e => e.dataset.stale = '1')"
+    )
+    lab.execute(notebook, REDRAW_ALL, timeout=WIDGET_REDRAW_S)
+    _wait_for_kernel_idle(lab, notebook, timeout=WIDGET_REDRAW_S)
+    # A redraw that draws the same picture changes no widget state, so the page keeps its
+    # image; one that draws another picture replaces it within moments of the kernel idling.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        stale = page.eval_on_selector_all(
+            ".widget-interact .widget-output img[data-stale]", "els => els.length"
+        )
+        if not stale:
+            break
+        time.sleep(0.2)
+    for i, old in enumerate(before):
+        new = boxes.nth(i).evaluate(WIDGET_STATE_JS)
+        assert not new["errors"], (
+            f"{notebook} widget {i}: redraw failed:\n{new['errors'][0][-3000:]}"
+        )
+        if old["src"] is None:
+            continue
+        in_sync = new["src"] == old["src"]
+        assert in_sync, (
+            f"{notebook} widget {i}: after Run All the page shows the control at {old['value']} "
+            "but a heatmap drawn for another value (redrawing at the current value changed "
+            "the image). A cell probably set this displayed widget's control from code while "
+            "the page was still creating it; the page then sent its own value back."
+        )
+
+
+# The page state of one interactive widget: its image, its first slider or dropdown, and
+# whether it shows a traceback.
+WIDGET_STATE_JS = """
+(box) => {
+  const img = box.querySelector('.widget-output img');
+  const control = box.querySelector('.widget-slider, .widget-dropdown');
+  let kind = null, value = null;
+  if (control && control.classList.contains('widget-slider')) {
+    kind = 'slider';
+    value = control.querySelector('.widget-readout').innerText.trim();
+  } else if (control) {
+    kind = 'dropdown';
+    const select = control.querySelector('select');
+    value = select.options[select.selectedIndex].text;
+  }
+  const errors = [...box.querySelectorAll('.jp-OutputArea-output')]
+    .filter(e => e.dataset.mimeType === 'application/vnd.jupyter.stderr')
+    .map(e => e.innerText)
+    .filter(t => t.includes('Traceback') || t.includes('Error'));
+  return {src: img ? img.src : null, kind, value, errors};
+}
+"""
+
+
+def _move_control(page, box, kind: str) -> None:
+    """Change the first slider or dropdown the way a learner does: drag it, or pick another."""
+    if kind == "dropdown":
+        select = box.locator(".widget-dropdown select").first
+        n = select.locator("option").count()
+        current = select.evaluate("s => s.selectedIndex")
+        select.select_option(index=(current + 1) % n)
+        return
+    track = box.locator(".widget-slider .noUi-target").first.bounding_box()
+    handle = box.locator(".widget-slider .noUi-handle").first.bounding_box()
+    x = handle["x"] + handle["width"] / 2
+    y = handle["y"] + handle["height"] / 2
+    # Drag to a quarter of the track from the far end: a clear change, never past an end.
+    left_half = x < track["x"] + track["width"] / 2
+    target = track["x"] + track["width"] * (0.75 if left_half else 0.25)
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(target, y, steps=4)
+    page.mouse.up()
+
+
+def _png_pixels(png: bytes) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
+
+
+def heatmap_change(before: bytes, after: bytes) -> float:
+    """Fraction of the coloured pixels (heatmap cells, colour bar) that changed colour.
+
+    Text (title, tick labels) is black or grey, so a redraw that only changes the title, with
+    the same weights, scores 0.
+    """
+    a, b = _png_pixels(before), _png_pixels(after)
+    if a.shape != b.shape:
+        return 1.0  # the heatmap changed size: other labels, other shape
+
+    def coloured(x):
+        return (x.max(axis=-1) - x.min(axis=-1)) > 12
+
+    mask = coloured(a) | coloured(b)
+    changed = (np.abs(a - b).max(axis=-1) > 16) & mask
+    return float(changed.sum() / max(mask.sum(), 1))
+
+
+def test_heatmap_change_ignores_text_and_sees_colour():
+    """The image comparison the browser test relies on, on figures drawn here."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_utils.plotting import plot_attention
+
+    def png(weights, title):
+        fig = plot_attention(np.asarray(weights), list("ab"), list("xy"), title=title)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        return buf.getvalue()
+
+    w = [[0.9, 0.1], [0.2, 0.8]]
+    assert heatmap_change(png(w, "T = 1"), png(w, "T = 1")) == 0.0
+    assert heatmap_change(png(w, "T = 1"), png(w, "T = 2")) == 0.0  # title only
+    assert heatmap_change(png(w, "T = 1"), png([[0.5, 0.5], [0.5, 0.5]], "T = 2")) > 0.1
+
+
+# --------------------------------------------------------------------------------------
+# The test
+
+
+def _code_cells(path: Path) -> tuple[int, int]:
+    nb = nbformat.read(path, as_version=4)
+    n_code = sum(1 for c in nb.cells if c.cell_type == "code" and c.source.strip())
+    return n_code, nb.metadata.get("course", {}).get("budget_seconds", 60)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("notebook", WIDGET_NOTEBOOKS)
+def test_widgets_in_browser(notebook, lab, browser, screenshots, pytestconfig):
+    assert (ROOT / "notebooks" / notebook).exists(), f"{notebook} is listed but missing"
+    n_code, budget = _code_cells(lab.root / notebook)
+    shots = screenshots / Path(notebook).stem
+    shots.mkdir()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
+        started = time.monotonic()
+        # A workspace of its own, reset: no tab of another notebook is restored beside it.
+        page.goto(
+            f"{lab.url}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?reset&token={lab.token}"
+        )
+        page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=SERVER_START_S * 1000)
+        _wait_for_kernel_idle(lab, notebook, timeout=SERVER_START_S)
+        # Generous but bounded: four times the notebook's budget, plus start-up.
+        _run_all_cells(page, lab, notebook, n_code, timeout=4 * budget + 60)
+        ran = time.monotonic() - started
+        _check_page(page, notebook, "after Run All Cells")
+        _check_widgets_in_sync(page, lab, notebook)
+
+        boxes = page.locator(".widget-interact")
+        moved = []
+        for i in range(boxes.count()):
+            box = boxes.nth(i)
+            before = box.evaluate(WIDGET_STATE_JS)
+            if before["src"] is None or before["kind"] is None:
+                continue  # not a heatmap, or no slider or dropdown to move
+            box.scroll_into_view_if_needed()
+            box.screenshot(path=shots / f"widget{i}_before.png")
+            image_before = box.locator(".widget-output img").first.screenshot()
+            _move_control(page, box, before["kind"])
+            after = before
+            deadline = time.monotonic() + WIDGET_REDRAW_S
+            while time.monotonic() < deadline:
+                after = box.evaluate(WIDGET_STATE_JS)
+                if after["errors"] or (after["src"] and after["src"] != before["src"]):
+                    break
+                time.sleep(0.2)
+            # A drag sends several values; let the kernel draw the last one.
+            _wait_for_kernel_idle(lab, notebook, timeout=WIDGET_REDRAW_S)
+            after = box.evaluate(WIDGET_STATE_JS)
+            box.screenshot(path=shots / f"widget{i}_after.png")
+            label = (
+                f"{notebook} widget {i} ({before['kind']} {before['value']} -> {after['value']})"
+            )
+            assert not after["errors"], f"{label}: the redraw failed:\n{after['errors'][0][-3000:]}"
+            assert after["value"] != before["value"], f"{label}: the control shows no new value"
+            assert after["src"] and after["src"] != before["src"], f"{label}: no new image"
+            image_after = box.locator(".widget-output img").first.screenshot()
+            change = heatmap_change(image_before, image_after)
+            assert change > 0.02, (
+                f"{label}: only {change:.1%} of the heatmap's coloured pixels changed (> 2% "
+                "expected); is the control passed on to the computation?"
+            )
+            moved.append(
+                f"widget {i} ({before['kind']} {before['value']} -> {after['value']}): "
+                f"{change:.0%} of coloured pixels changed"
+            )
+        _check_page(page, notebook, "after moving the widgets")
+        assert moved, f"{notebook}: no heatmap widget with a slider or dropdown was found"
+        page.screenshot(path=shots / "page.png")
+        _say(pytestconfig, f"{notebook}: ran all cells in {ran:.0f} s; " + "; ".join(moved))
+    except Exception:
+        with contextlib.suppress(Exception):  # the test's own error is the one to report
+            page.screenshot(path=shots / "failure.png")
+        print(f"screenshot of the failure: {shots / 'failure.png'}\n{lab.log_tail()}")
+        raise
+    finally:
+        context.close()
+        with contextlib.suppress(Exception):  # lab.stop() ends whatever is left
+            lab.shutdown_kernel(notebook)
