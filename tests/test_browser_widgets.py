@@ -44,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WIDGET_NOTEBOOKS = [
     "00_welcome.ipynb",
     "02_query_key_value.ipynb",
+    "04_self_attention_multihead.ipynb",
+    "05_positional_encoding.ipynb",
+    "13_efficient_attention.ipynb",
 ]
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
