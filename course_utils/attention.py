@@ -45,7 +45,7 @@ def _check_query_key(query: torch.Tensor, key: torch.Tensor) -> None:
     _check_batch_dims("query and key", query, key)
 
 
-def _check_mask(mask, scores_shape: torch.Size) -> None:
+def _check_bool_mask(mask) -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
@@ -53,6 +53,10 @@ def _check_mask(mask, scores_shape: torch.Size) -> None:
             f"mask must be boolean (True = may attend), got dtype {mask.dtype} "
             f"with shape {tuple(mask.shape)}"
         )
+
+
+def _check_mask(mask, scores_shape: torch.Size) -> None:
+    _check_bool_mask(mask)
     try:
         ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
@@ -206,13 +210,7 @@ def _mask_for_heads(mask, batch: int, num_heads: int, lq: int, lk: int) -> torch
     ``(B or 1, H or 1, Lq, Lk)`` (per head). A key-padding mask is ``(B, 1, Lk)`` or
     ``(B, 1, 1, Lk)``.
     """
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be boolean (True = may attend), got dtype {mask.dtype} "
-            f"with shape {tuple(mask.shape)}"
-        )
+    _check_bool_mask(mask)
     given = tuple(mask.shape)
     if mask.dim() == 2:
         mask = mask[None, None]

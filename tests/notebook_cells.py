@@ -28,3 +28,15 @@ def run_from_scratch_cells(notebook: str, namespace: dict) -> dict:
     for source in from_scratch_cells(notebook).values():
         exec(compile(source, str(NOTEBOOKS / notebook), "exec"), namespace)
     return namespace
+
+
+def assert_marked_cells_define(notebook: str, namespace: dict, expected: set[str]) -> None:
+    """The marked cells are exactly ``expected``, and the cell marked NAME defines NAME."""
+    cells = from_scratch_cells(notebook)
+    assert set(cells) == set(expected)
+    for name in expected:
+        assert callable(namespace[name]), name
+        source = cells[name]
+        assert f"def {name}(" in source or f"class {name}(" in source, (
+            f"cell marked {name} does not define it"
+        )

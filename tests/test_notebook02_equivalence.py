@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from course_utils import attention as lib
 
-from notebook_cells import from_scratch_cells, run_from_scratch_cells
+from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "02_query_key_value.ipynb"
 EXPECTED = {
@@ -42,11 +42,7 @@ def _gen(seed: int) -> torch.Generator:
 
 
 def test_marked_cells_define_what_they_name(nb):
-    cells = from_scratch_cells(NOTEBOOK)
-    assert set(cells) == EXPECTED
-    for name in EXPECTED:
-        assert callable(nb[name]), name
-        assert f"def {name}(" in cells[name], f"cell marked {name} does not define it"
+    assert_marked_cells_define(NOTEBOOK, nb, EXPECTED)
 
 
 SHAPES = [((3, 4), (5, 4)), ((2, 3, 8), (2, 6, 8)), ((2, 1, 3, 16), (1, 4, 5, 16))]

@@ -16,7 +16,7 @@ from torch import nn
 
 from course_utils import attention as lib
 
-from notebook_cells import from_scratch_cells, run_from_scratch_cells
+from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "04_self_attention_multihead.ipynb"
 EXPECTED = {"self_attention", "multi_head_attention_loop", "MultiHeadAttention"}
@@ -33,11 +33,7 @@ def _gen(seed: int) -> torch.Generator:
 
 
 def test_marked_cells_define_what_they_name(nb):
-    cells = from_scratch_cells(NOTEBOOK)
-    assert set(cells) == EXPECTED
-    for name in EXPECTED:
-        assert callable(nb[name]), name
-        assert f"def {name}(" in cells[name] or f"class {name}(" in cells[name], name
+    assert_marked_cells_define(NOTEBOOK, nb, EXPECTED)
 
 
 def _torch_mask(mask, B, H, L, S):

@@ -14,7 +14,7 @@ from torch import nn
 
 from course_utils import positional as lib
 
-from notebook_cells import from_scratch_cells, run_from_scratch_cells
+from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "05_positional_encoding.ipynb"
 EXPECTED = {"sinusoidal_encoding", "offset_rotation", "LearnedPositionalEmbedding", "apply_rotary"}
@@ -27,11 +27,7 @@ def nb():
 
 
 def test_marked_cells_define_what_they_name(nb):
-    cells = from_scratch_cells(NOTEBOOK)
-    assert set(cells) == EXPECTED
-    for name in EXPECTED:
-        assert callable(nb[name]), name
-        assert f"def {name}(" in cells[name] or f"class {name}(" in cells[name], name
+    assert_marked_cells_define(NOTEBOOK, nb, EXPECTED)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from torch import nn
 from course_utils import transformer as lib
 from course_utils.attention import MultiHeadAttention, causal_mask
 
-from notebook_cells import from_scratch_cells, run_from_scratch_cells
+from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "06_transformer.ipynb"
 pytestmark = [
@@ -46,11 +46,7 @@ def _gen(seed: int) -> torch.Generator:
 
 
 def test_marked_cells_define_what_they_name(nb):
-    cells = from_scratch_cells(NOTEBOOK)
-    assert set(cells) == EXPECTED
-    for name in EXPECTED:
-        assert callable(nb[name]), name
-        assert f"def {name}(" in cells[name] or f"class {name}(" in cells[name], name
+    assert_marked_cells_define(NOTEBOOK, nb, EXPECTED)
 
 
 @pytest.mark.parametrize("shape", [(3, 8), (2, 5, 16)])

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from course_utils import checks
 from course_utils import efficient as lib
 
-from notebook_cells import from_scratch_cells, run_from_scratch_cells
+from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "13_efficient_attention.ipynb"
 EXPECTED = {
@@ -44,11 +44,7 @@ def _qkv(batch, N, M, D, Dv, seed):
 
 
 def test_marked_cells_define_what_they_name(nb):
-    cells = from_scratch_cells(NOTEBOOK)
-    assert set(cells) == EXPECTED
-    for name in EXPECTED:
-        assert callable(nb[name]), name
-        assert f"def {name}(" in cells[name], f"cell marked {name} does not define it"
+    assert_marked_cells_define(NOTEBOOK, nb, EXPECTED)
 
 
 @pytest.mark.parametrize(("N", "M"), [(7, 7), (9, 5), (5, 9)])
