@@ -58,6 +58,8 @@ def heatmap_explorer(
 
     explorer = widgets.interactive(draw, **controls)
     for control in explorer.children[:-1]:
+        if hasattr(control, "style") and hasattr(control.style, "description_width"):
+            control.style.description_width = "initial"  # "temperature", not "temperat..."
         if hasattr(control, "continuous_update"):
             # Redraw when the learner lets go of a slider, not at every step of a drag. This
             # also stops the page from sending a slider's first value back to the kernel when

@@ -159,3 +159,4 @@ def test_explorer_sliders_redraw_on_release_so_page_and_kernel_agree():
     """A slider set from code while the page builds the widget must not be reset by the page."""
     explorer = widgets.heatmap_explorer(lambda t: np.eye(2) * t, t=(0.1, 1.0, 0.1))
     assert explorer.children[0].continuous_update is False
+    assert explorer.children[0].style.description_width == "initial"  # labels not cut off
