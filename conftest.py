@@ -19,6 +19,18 @@ def _notebook_of(nodeid: str) -> str | None:
     return path if path.endswith(".ipynb") else None
 
 
+# nbval waits only 5 s for a cell's output messages once the kernel has said the cell is
+# done; after a long training cell on a busy 2-core machine that wait can run out and fail a
+# cell that worked (seen in CI on notebook 03). Give the messages a minute.
+NBVAL_OUTPUT_TIMEOUT_S = 60
+
+
+def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        if hasattr(item, "output_timeout"):  # nbval's notebook cells
+            item.output_timeout = NBVAL_OUTPUT_TIMEOUT_S
+
+
 def pytest_runtest_logstart(nodeid, location):
     nb = _notebook_of(nodeid)
     if nb is not None:
