@@ -138,3 +138,107 @@ def plot_accuracy_by_length(
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+def _check_square(name: str, w: np.ndarray, tokens: Sequence[str], dims: int) -> None:
+    if w.ndim != dims or w.shape[-1] != w.shape[-2] or w.shape[-1] != len(tokens):
+        raise ValueError(
+            f"{name} must be {dims}-D with two last dims (L, L) and L = len(tokens) = "
+            f"{len(tokens)}, got shape {w.shape}"
+        )
+
+
+def plot_head_view(
+    weights,
+    tokens: Sequence[str],
+    selected: int | None = None,
+    title: str | None = None,
+    cmap: str = "rocket_r",
+):
+    """One head's ``(L, L)`` attention two ways: a heatmap (queries down, keys across) and,
+    as in bertviz's head view, lines from each token on the left to the tokens it attends
+    to on the right, darker for larger weights. The ``selected`` token's row is framed and
+    its lines drawn in colour; the others stay faint grey.
+    """
+    from matplotlib.collections import LineCollection
+    from matplotlib.patches import Rectangle
+
+    w = _to_numpy(weights)
+    _check_square("weights", w, tokens, 2)
+    L = len(tokens)
+    if selected is not None and not 0 <= selected < L:
+        raise ValueError(f"selected must be a token index in [0, {L}), got {selected}")
+    size = max(3.2, 0.28 * L + 1.2)
+    fig, (ax_map, ax_lines) = plt.subplots(
+        1, 2, figsize=(2 * size + 1.0, size), gridspec_kw={"width_ratios": [1.15, 1]}
+    )
+    image = ax_map.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0)
+    ax_map.set_xticks(range(L), tokens, rotation=90)
+    ax_map.set_yticks(range(L), tokens)
+    ax_map.set_xlabel("key (attended to)")
+    ax_map.set_ylabel("query (attending)")
+    fig.colorbar(image, ax=ax_map, shrink=0.8, label="attention weight")
+    if selected is not None:
+        ax_map.add_patch(
+            Rectangle((-0.5, selected - 0.5), L, 1, fill=False, edgecolor="tab:blue", lw=2)
+        )
+
+    y = -np.arange(L, dtype=float)  # token 0 at the top
+    segments = [[(0.0, y[i]), (1.0, y[j])] for i in range(L) for j in range(L)]
+    flat = w.reshape(-1)
+    grey = np.zeros((L * L, 4))
+    grey[:, :3] = 0.55
+    grey[:, 3] = 0.35 * flat
+    ax_lines.add_collection(LineCollection(segments, colors=grey, linewidths=1.0))
+    if selected is not None:
+        row = w[selected]
+        blue = np.zeros((L, 4))
+        blue[:, :3] = (0.12, 0.47, 0.71)  # tab:blue
+        blue[:, 3] = row / max(row.max(), 1e-9)  # strongest line fully opaque
+        mine = [[(0.0, y[selected]), (1.0, y[j])] for j in range(L)]
+        ax_lines.add_collection(LineCollection(mine, colors=blue, linewidths=1.0 + 3.0 * row))
+    for i, tok in enumerate(tokens):
+        bold = "bold" if i == selected else "normal"
+        ax_lines.text(-0.04, y[i], tok, ha="right", va="center", fontsize=9, fontweight=bold)
+        ax_lines.text(1.04, y[i], tok, ha="left", va="center", fontsize=9)
+    ax_lines.set_xlim(-0.6, 1.6)
+    ax_lines.set_ylim(y[-1] - 0.7, 0.7)
+    ax_lines.axis("off")
+    ax_lines.set_title("query -> key (line darkness = weight)", fontsize=10)
+    fig.suptitle(title or "Attention of one head")
+    fig.tight_layout()
+    return fig
+
+
+def plot_model_view(
+    attentions,
+    tokens: Sequence[str],
+    title: str | None = None,
+    cmap: str = "rocket_r",
+    panel_size: float = 0.95,
+):
+    """Every head of every layer as a small heatmap: ``attentions (N layers, H, L, L)``.
+
+    Rows are layers (bottom layer at the top), columns are heads; each panel has queries
+    down and keys across, like :func:`plot_head_view`'s heatmap. Drawn with ``imshow`` so
+    that the 72 panels of a 6 x 12 model draw in about a second.
+    """
+    A = _to_numpy(attentions)
+    _check_square("attentions", A, tokens, 4)
+    N, H = A.shape[:2]
+    fig, axes = plt.subplots(
+        N, H, figsize=(0.6 + panel_size * H, 0.7 + panel_size * N), squeeze=False
+    )
+    for n in range(N):
+        for h in range(H):
+            ax = axes[n, h]
+            ax.imshow(A[n, h], cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if n == 0:
+                ax.set_title(f"head {h + 1}", fontsize=8)
+            if h == 0:
+                ax.set_ylabel(f"layer {n + 1}", fontsize=8)
+    fig.suptitle(title or f"All {N} x {H} heads ({len(tokens)} tokens; queries down, keys across)")
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.02, top=0.9, wspace=0.08, hspace=0.08)
+    return fig

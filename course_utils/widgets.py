@@ -67,3 +67,27 @@ def heatmap_explorer(
             # which would leave the slider showing one value and the heatmap another.
             control.continuous_update = False
     return explorer
+
+
+def figure_explorer(make_figure: Callable[..., object], **controls) -> widgets.interactive:
+    """An ``ipywidgets.interactive`` that shows ``make_figure(**values)``, a matplotlib figure.
+
+    Like :func:`heatmap_explorer` (controls redraw on release, labels at full width) for any
+    figure, e.g. :func:`course_utils.plotting.plot_head_view`. The figure is shown once in
+    the widget's output and closed.
+    """
+    if not controls:
+        raise ValueError("figure_explorer needs at least one control, e.g. layer=(1, 6)")
+
+    def draw(**values):
+        fig = make_figure(**values)
+        display(fig)
+        plt.close(fig)
+
+    explorer = widgets.interactive(draw, **controls)
+    for control in explorer.children[:-1]:
+        if hasattr(control, "style") and hasattr(control.style, "description_width"):
+            control.style.description_width = "initial"
+        if hasattr(control, "continuous_update"):
+            control.continuous_update = False  # see heatmap_explorer: redraw on release
+    return explorer

