@@ -116,7 +116,11 @@ class Decoder(nn.Module):
 
 
 class Seq2Seq(nn.Module):
-    """Encoder-decoder whose decoder starts from the encoder's final state (the bottleneck)."""
+    """Encoder-decoder whose decoder starts from the encoder's final state (the bottleneck).
+
+    ``tgt_vocab_size`` (keyword, default ``vocab_size``) gives the decoder its own
+    vocabulary, e.g. for translation.
+    """
 
     def __init__(
         self,
@@ -126,11 +130,14 @@ class Seq2Seq(nn.Module):
         pad_id: int,
         bos_id: int,
         eos_id: int,
+        *,
+        tgt_vocab_size: int | None = None,
     ):
         super().__init__()
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        tgt_vocab_size = vocab_size if tgt_vocab_size is None else tgt_vocab_size
         self.encoder = Encoder(vocab_size, emb_dim, hidden_dim, pad_id)
-        self.decoder = Decoder(vocab_size, emb_dim, hidden_dim, pad_id)
+        self.decoder = Decoder(tgt_vocab_size, emb_dim, hidden_dim, pad_id)
 
     def forward(
         self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
