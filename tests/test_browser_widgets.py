@@ -46,6 +46,8 @@ WIDGET_NOTEBOOKS = [
     "02_query_key_value.ipynb",
     "04_self_attention_multihead.ipynb",
     "05_positional_encoding.ipynb",
+    "07_machine_translation.ipynb",
+    "11_visualising_attention.ipynb",
     "13_efficient_attention.ipynb",
 ]
 
