@@ -1,14 +1,28 @@
-"""Seeding, device choice and a plain, readable training loop.
+"""Seeding, device choice, a plain, readable training loop, and a cache of trained weights.
 
 The loop is deliberately a single function you can read top to bottom: draw a batch, compute
 the loss, step the optimiser, and every ``eval_every`` steps evaluate with ``model.eval()``
 under ``torch.no_grad()``. It records everything in a history dict of lists.
+
+:func:`train_or_load` wraps any training code with a cache: a notebook rerun after a kernel
+restart loads its trained weights in seconds instead of training again, and ``make test``
+trains each model once per run (the browser tests load what the notebook run trained).
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
+import os
 import random
-from collections.abc import Callable, Iterator
+import sys
+import time
+import types
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -91,3 +105,144 @@ def fit(
             bar.set_postfix(loss=f"{history['train_loss'][-1]:.3f}")
     model.eval()
     return history
+
+
+# --------------------------------------------------------------------------------------
+# A cache of trained weights
+# --------------------------------------------------------------------------------------
+CACHE_ENV_VAR = "COURSE_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """Where trained weights are kept: ``$COURSE_CACHE_DIR`` if set (``make test`` points it
+    at a fresh folder per run), else ``attention-from-scratch/models`` in the user's cache
+    folder (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    if os.environ.get(CACHE_ENV_VAR):
+        return Path(os.environ[CACHE_ENV_VAR])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attention-from-scratch" / "models"
+
+
+@dataclass
+class TrainingRun:
+    """What :func:`train_or_load` returns: the training code's result (usually the history
+    from :func:`fit`), how long the training took when it ran, and whether it was loaded."""
+
+    history: dict
+    seconds: float
+    from_cache: bool
+    path: Path
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _source_of(module: types.ModuleType) -> str:
+    """The digest of a module's source (its name where the source cannot be read)."""
+    try:
+        return _digest(inspect.getsource(module).encode())
+    except (OSError, TypeError):
+        return f"no source: {module.__name__}"
+
+
+def cache_key(model: torch.nn.Module, config: dict, modules: Sequence = ()) -> str:
+    """A digest of everything that determines a training result.
+
+    It covers ``config`` (JSON-serialisable: data and model settings, steps, seed, ...), the
+    model's structure (its ``repr``) and initial weights (so the seed used to build it), the
+    source of the modules that define the model and the training loop plus any in
+    ``modules``, the torch version, the device and the number of torch threads (which
+    change float rounding, hence the trained weights). Change any of them and the key
+    changes.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    try:
+        config_text = json.dumps(config, sort_keys=True)
+    except TypeError as error:
+        raise TypeError(
+            f"config must hold only JSON values (numbers, strings, ...): {error}"
+        ) from None
+    involved = {sys.modules[__name__]}
+    for part in model.modules():  # the model and every layer inside it
+        for cls in type(part).__mro__:
+            module = sys.modules.get(cls.__module__)
+            if module is not None and cls.__module__.startswith("course_utils"):
+                involved.add(module)
+    for module in modules:
+        if not isinstance(module, types.ModuleType):
+            raise TypeError(f"modules must hold modules, got {type(module).__name__}")
+        involved.add(module)
+    weights = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        weights.update(name.encode())
+        weights.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    key = {
+        "config": config_text,
+        "model": repr(model),
+        "initial_weights": weights.hexdigest(),
+        "sources": {m.__name__: _source_of(m) for m in sorted(involved, key=lambda m: m.__name__)},
+        "torch": torch.__version__,
+        "device": first.device.type
+        if (first := next(model.parameters(), None)) is not None
+        else "",
+        "threads": torch.get_num_threads(),
+    }
+    return _digest(json.dumps(key, sort_keys=True).encode())[:32]
+
+
+def train_or_load(
+    model: torch.nn.Module,
+    train: Callable[[], dict],
+    config: dict,
+    *,
+    modules: Sequence = (),
+    retrain: bool = False,
+    folder: str | os.PathLike | None = None,
+    name: str = "model",
+) -> TrainingRun:
+    """Train ``model`` by calling ``train()``, or load the weights a previous run cached.
+
+    ``model`` is freshly built and seeded; ``train()`` trains it in place and returns its
+    history (a dict of lists of numbers, as :func:`fit` does). The cache entry is keyed by
+    :func:`cache_key`. On a hit the weights and the history are loaded with
+    ``torch.load(..., weights_only=True)`` and ``train`` is not called; ``retrain=True``
+    always trains (and refreshes the entry). A file that cannot be read (truncated,
+    corrupt, or for another model) is never used: a warning says so and the model is
+    trained again over it. ``folder`` defaults to :func:`cache_dir`.
+    """
+    if not callable(train):
+        raise TypeError(f"train must be a function that trains the model, got {type(train)}")
+    key = cache_key(model, config, modules)
+    path = Path(folder if folder is not None else cache_dir()) / f"{name}-{key}.pt"
+    if path.exists() and not retrain:
+        try:
+            entry = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(entry, dict) or entry.get("key") != key:
+                raise ValueError("the file holds another model's entry")
+            model.load_state_dict(entry["state_dict"])
+        except Exception as error:  # any unreadable file is trained over, never used
+            warnings.warn(
+                f"{name}: the cached weights in {path} could not be used ({error}); training again",
+                stacklevel=2,
+            )
+        else:
+            model.eval()
+            print(
+                f"{name}: loaded the weights trained earlier (in {entry['seconds']:.0f} s) from "
+                f"the cache {path.parent}; set RETRAIN = True to train again"
+            )
+            return TrainingRun(entry["history"], float(entry["seconds"]), True, path)
+    start = time.perf_counter()
+    history = train()
+    seconds = time.perf_counter() - start
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    entry = {"key": key, "state_dict": state, "history": history, "seconds": seconds}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    torch.save(entry, partial)
+    os.replace(partial, path)  # atomic: a reader never sees half a file
+    return TrainingRun(history, seconds, False, path)

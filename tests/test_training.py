@@ -84,3 +84,144 @@ def test_device_choice():
 def test_count_parameters():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2, bias=False))
     assert training.count_parameters(model) == 3 * 4 + 4 + 4 * 2
+
+
+# --------------------------------------------------------------------------------------
+# The cache of trained weights
+# --------------------------------------------------------------------------------------
+def build(seed=0, width=4):
+    training.set_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(1, width), torch.nn.Linear(width, 1))
+
+
+def trainer(model, steps=30, seed=0, calls=None):
+    def train():
+        if calls is not None:
+            calls.append(1)
+        return training.fit(model, stream(seed), mse, steps=steps, lr=0.05, progress=False)
+
+    return train
+
+
+CONFIG = {"task": "line", "steps": 30, "seed": 0}
+
+
+def test_cache_hit_returns_identical_weights_and_history(tmp_path, capsys):
+    first = build()
+    run = training.train_or_load(first, trainer(first), CONFIG, folder=tmp_path)
+    assert not run.from_cache and run.path.exists() and run.seconds > 0
+
+    calls = []
+    second = build()
+    again = training.train_or_load(second, trainer(second, calls=calls), CONFIG, folder=tmp_path)
+    assert again.from_cache and calls == []  # the training code never ran
+    assert "RETRAIN = True" in capsys.readouterr().out
+    for (name, a), (_, b) in zip(
+        first.state_dict().items(), second.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    assert again.history == run.history
+    assert not second.training  # ready to evaluate, as after fit()
+
+
+def test_retrain_ignores_the_cache(tmp_path):
+    model = build()
+    training.train_or_load(model, trainer(model), CONFIG, folder=tmp_path)
+    calls = []
+    model = build()
+    run = training.train_or_load(
+        model, trainer(model, calls=calls), CONFIG, folder=tmp_path, retrain=True
+    )
+    assert calls == [1] and not run.from_cache
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["config", "seed", "width", "module source", "threads"],
+)
+def test_anything_that_changes_the_result_changes_the_key(change, monkeypatch):
+    base = training.cache_key(build(), CONFIG)
+    assert training.cache_key(build(), CONFIG) == base  # the same inputs, the same key
+    if change == "config":
+        key = training.cache_key(build(), {**CONFIG, "steps": 31})
+    elif change == "seed":
+        key = training.cache_key(build(seed=1), CONFIG)
+    elif change == "width":
+        key = training.cache_key(build(width=5), CONFIG)
+    elif change == "module source":
+        monkeypatch.setattr(training.inspect, "getsource", lambda m: "edited source")
+        key = training.cache_key(build(), CONFIG)
+    else:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1 if threads != 1 else 2)
+        try:
+            key = training.cache_key(build(), CONFIG)
+        finally:
+            torch.set_num_threads(threads)
+    assert key != base
+
+
+def test_a_model_from_course_utils_brings_its_modules_source(monkeypatch):
+    from course_utils import attention
+
+    model = attention.MultiHeadAttention(8, 2)
+    base = training.cache_key(model, CONFIG)
+    real = training.inspect.getsource
+
+    def edited(module):  # as if attention.py had been edited
+        return "edited" if module is attention else real(module)
+
+    monkeypatch.setattr(training.inspect, "getsource", edited)
+    assert training.cache_key(model, CONFIG) != base
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "another model's entry"])
+def test_a_damaged_cache_file_is_retrained_over_with_a_warning(tmp_path, damage):
+    model = build()
+    run = training.train_or_load(model, trainer(model), CONFIG, folder=tmp_path)
+    good = run.path.read_bytes()
+    if damage == "truncated":
+        run.path.write_bytes(good[: len(good) // 2])
+    elif damage == "garbage":
+        run.path.write_bytes(b"not a torch file at all")
+    else:
+        other = build(seed=5)
+        entry = torch.load(run.path, weights_only=True)
+        entry["key"] = "0" * 32
+        entry["state_dict"] = other.state_dict()
+        torch.save(entry, run.path)
+    calls = []
+    fresh = build()
+    with pytest.warns(UserWarning, match="could not be used"):
+        again = training.train_or_load(fresh, trainer(fresh, calls=calls), CONFIG, folder=tmp_path)
+    assert calls == [1] and not again.from_cache
+    assert torch.load(again.path, weights_only=True)["key"] != "0" * 32  # rewritten whole
+    reference = build()
+    trainer(reference)()
+    for a, b in zip(fresh.state_dict().values(), reference.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # the retrained weights, not the damaged file's
+
+
+def test_cache_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(training.CACHE_ENV_VAR, str(tmp_path / "run"))
+    assert training.cache_dir() == tmp_path / "run"
+    model = build()
+    run = training.train_or_load(model, trainer(model), CONFIG)
+    assert run.path.parent == tmp_path / "run"
+    monkeypatch.delenv(training.CACHE_ENV_VAR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert training.cache_dir() == tmp_path / "xdg" / "attention-from-scratch" / "models"
+
+
+def test_cache_rejects_bad_arguments(tmp_path):
+    model = build()
+    with pytest.raises(TypeError, match="config must hold only JSON"):
+        training.cache_key(model, {"fn": print})
+    with pytest.raises(TypeError, match="config must be a dict"):
+        training.cache_key(model, [1, 2])
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        training.cache_key("model", CONFIG)
+    with pytest.raises(TypeError, match="modules must hold modules"):
+        training.cache_key(model, CONFIG, modules=["course_utils.attention"])
+    with pytest.raises(TypeError, match="train must be a function"):
+        training.train_or_load(model, None, CONFIG, folder=tmp_path)
