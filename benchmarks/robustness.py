@@ -1,0 +1,236 @@
+"""Rerun notebooks with other seeds and thread counts; print the spread of every target.
+
+Each notebook that trains has a cell tagged ``parameters`` (papermill's convention) holding
+``SEED`` and ``THREADS``, and asserts its learning targets through
+``course_utils.targets.target``, which appends each figure to the file named by
+``COURSE_TARGETS_FILE``. This script runs every (notebook, seed, threads) combination with
+papermill, each with its own targets file and an empty cache of trained weights (so every
+run trains for real), and prints, per target, its threshold and the min / median / max over
+the runs, with how many runs met it. Use it to set a threshold far from the worst run you
+measured, and rerun it after changing a recipe.
+
+    .venv/bin/python benchmarks/robustness.py                      # every notebook, 3 x 2 runs
+    .venv/bin/python benchmarks/robustness.py notebooks/06_transformer.ipynb --seeds 0 1 2 3
+    .venv/bin/python benchmarks/robustness.py --threads 1 --jobs 2 --json spread.json
+
+``--jobs 2`` runs two notebooks at once (fine for one-thread runs on two cores; a notebook's
+own timings are then slower). Figures are measurements, not tests: this script is not run by
+``make test`` (a test runs it on a tiny notebook to check that it works).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from course_utils.targets import read_targets
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS_ENV = "COURSE_TARGETS_FILE"  # read by course_utils.targets
+CACHE_ENV = "COURSE_CACHE_DIR"  # read by course_utils.training
+
+
+@dataclass
+class Run:
+    notebook: str
+    seed: int
+    threads: int
+    seconds: float = 0.0
+    error: str = ""  # the last line of papermill's error, or "" when the run completed
+    targets: list[dict] = field(default_factory=list)
+
+
+def parameters_of(path: Path) -> str:
+    """The source of the notebook's cell tagged ``parameters``; ValueError if it has none."""
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(
+            f"{path.name}: expected one cell tagged 'parameters' (papermill), found {len(cells)}"
+        )
+    source = cells[0].source
+    for name in ("SEED", "THREADS"):
+        if f"{name} =" not in source:
+            raise ValueError(f"{path.name}: the parameters cell does not set {name}")
+    return source
+
+
+def default_notebooks() -> list[Path]:
+    """Every notebook of the course that has a parameters cell."""
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        try:
+            parameters_of(path)
+        except ValueError:
+            continue
+        found.append(path)
+    return found
+
+
+def run_one(path: Path, seed: int, threads: int, workdir: Path, timeout: int) -> Run:
+    """Execute ``path`` once with papermill; return its targets and how it ended."""
+    run = Run(path.name, seed, threads)
+    tag = f"{path.stem}-seed{seed}-threads{threads}"
+    targets_file = workdir / f"{tag}.jsonl"
+    env = dict(os.environ)
+    env[TARGETS_ENV] = str(targets_file)
+    env[CACHE_ENV] = str(workdir / f"{tag}-cache")  # empty: every model trains
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [
+        sys.executable,
+        "-m",
+        "papermill",
+        str(path),
+        str(workdir / f"{tag}.ipynb"),
+        "-p",
+        "SEED",
+        str(seed),
+        "-p",
+        "THREADS",
+        str(threads),
+        "--cwd",
+        str(path.parent),
+        "--kernel",
+        "python3",
+        "--no-progress-bar",
+        "--execution-timeout",
+        str(timeout),
+    ]
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    run.seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line] or lines or ["(no message)"]
+        run.error = errors[-1].strip()[:300]
+    run.targets = read_targets(targets_file)
+    return run
+
+
+def summarise(runs: list[Run]) -> dict[str, list[dict]]:
+    """Per notebook, one row per target: threshold, min / median / max, runs that met it."""
+    table: dict[str, dict[str, dict]] = {}
+    for run in runs:
+        rows = table.setdefault(run.notebook, {})
+        for t in run.targets:
+            row = rows.setdefault(
+                t["name"], dict(name=t["name"], op=t["op"], threshold=t["threshold"], values=[])
+            )
+            row["values"].append(t["value"])
+            row.setdefault("met", 0)
+            row["met"] += bool(t["met"])
+    summary = {}
+    for notebook, rows in table.items():
+        n_runs = sum(r.notebook == notebook for r in runs)
+        summary[notebook] = [
+            dict(
+                row,
+                min=min(row["values"]),
+                median=statistics.median(row["values"]),
+                max=max(row["values"]),
+                runs=n_runs,
+            )
+            for row in rows.values()
+        ]
+    return summary
+
+
+def report(runs: list[Run], summary: dict[str, list[dict]], out=None) -> None:
+    out = out or sys.stdout  # looked up now, so a redirected stdout is used
+    by_notebook: dict[str, list[Run]] = {}
+    for run in runs:
+        by_notebook.setdefault(run.notebook, []).append(run)
+    for notebook, nb_runs in by_notebook.items():
+        seeds = sorted({r.seed for r in nb_runs})
+        threads = sorted({r.threads for r in nb_runs})
+        times = [r.seconds for r in nb_runs]
+        print(
+            f"\n{notebook}: {len(nb_runs)} runs (seeds {seeds} x threads {threads}), "
+            f"{min(times):.0f}-{max(times):.0f} s each",
+            file=out,
+        )
+        for r in nb_runs:
+            if r.error:
+                print(f"  FAILED seed {r.seed}, threads {r.threads}: {r.error}", file=out)
+        rows = summary.get(notebook, [])
+        if not rows:
+            print("  (no target was recorded)", file=out)
+            continue
+        width = max(len(row["name"]) for row in rows)
+        print(
+            f"  {'target':<{width}}  {'threshold':>11}  {'min':>8}  {'median':>8}  {'max':>8}  met",
+            file=out,
+        )
+        for row in rows:
+            print(
+                f"  {row['name']:<{width}}  {row['op']:>2} {row['threshold']:<8g}  "
+                f"{row['min']:8.3f}  {row['median']:8.3f}  {row['max']:8.3f}  "
+                f"{row['met']}/{row['runs']}",
+                file=out,
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: every one that trains")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    parser.add_argument("--json", type=Path, help="also write every run and the summary here")
+    parser.add_argument("--keep", type=Path, help="keep executed notebooks in this folder")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if any(t < 1 for t in args.threads):
+        parser.error(f"--threads must be positive, got {args.threads}")
+
+    notebooks = [p.resolve() for p in args.notebooks] or default_notebooks()
+    for path in notebooks:
+        parameters_of(path)  # fail early, with the notebook's name, before any run
+    combos = [(p, s, t) for p in notebooks for s in args.seeds for t in args.threads]
+    print(
+        f"{len(combos)} runs: {len(notebooks)} notebooks x seeds {args.seeds} x threads "
+        f"{args.threads}, {args.jobs} at a time",
+        flush=True,
+    )
+
+    with tempfile.TemporaryDirectory(prefix="robustness-") as tmp:
+        workdir = args.keep.resolve() if args.keep else Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+
+        def job(combo):
+            run = run_one(*combo, workdir=workdir, timeout=args.timeout)
+            status = "ok" if not run.error else f"FAILED: {run.error}"
+            print(
+                f"  {run.notebook} seed {run.seed} threads {run.threads}: "
+                f"{run.seconds:.0f} s, {len(run.targets)} targets, {status}",
+                flush=True,
+            )
+            return run
+
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            runs = list(pool.map(job, combos))
+
+    summary = summarise(runs)
+    report(runs, summary)
+    if args.json:
+        args.json.write_text(
+            json.dumps({"runs": [asdict(r) for r in runs], "summary": summary}, indent=1)
+        )
+    return 1 if any(r.error for r in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

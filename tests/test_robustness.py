@@ -1,0 +1,68 @@
+"""benchmarks/robustness.py: reruns a notebook with other seeds and reads back its targets."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("robustness", ROOT / "benchmarks" / "robustness.py")
+robustness = importlib.util.module_from_spec(spec)
+sys.modules["robustness"] = robustness  # dataclasses look their module up there
+spec.loader.exec_module(robustness)
+
+
+def write_notebook(path: Path, with_parameters: bool = True) -> Path:
+    parameters = nbformat.v4.new_code_cell("SEED = 0\nTHREADS = 1")
+    if with_parameters:
+        parameters.metadata["tags"] = ["parameters"]
+    body = nbformat.v4.new_code_cell(
+        "import torch\n"
+        "from course_utils.targets import target\n"
+        "torch.set_num_threads(THREADS)\n"
+        "assert target('seed plus one', SEED + 1, '>=', 1)\n"
+        "assert target('threads', torch.get_num_threads(), '<=', 1)\n"
+        "assert target('seed is zero', SEED, '<=', 0)"  # fails for seed 1: the run stops here
+    )
+    nb = nbformat.v4.new_notebook(cells=[parameters, body])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+    return path
+
+
+def test_two_seeds_of_a_small_notebook(tmp_path, capsys):
+    path = write_notebook(tmp_path / "tiny.ipynb")
+    status = robustness.main(
+        [str(path), "--seeds", "0", "1", "--threads", "1", "--json", str(tmp_path / "out.json")]
+    )
+    out = capsys.readouterr().out
+    assert status == 1  # seed 1 failed its last target, and the script says so
+    assert "FAILED seed 1, threads 1" in out
+    rows = {
+        r["name"]: r
+        for r in json.loads((tmp_path / "out.json").read_text())["summary"]["tiny.ipynb"]
+    }
+    assert (rows["seed plus one"]["min"], rows["seed plus one"]["max"]) == (1.0, 2.0)
+    assert rows["seed plus one"]["median"] == 1.5 and rows["seed plus one"]["met"] == 2
+    assert rows["threads"]["values"] == [1.0, 1.0]  # THREADS reached the kernel
+    assert rows["seed is zero"]["met"] == 1 and rows["seed is zero"]["runs"] == 2
+    assert "seed plus one" in out and ">= 1" in out
+
+
+def test_a_notebook_without_a_parameters_cell_is_refused_before_any_run(tmp_path):
+    path = write_notebook(tmp_path / "plain.ipynb", with_parameters=False)
+    with pytest.raises(ValueError, match="plain.ipynb: expected one cell tagged 'parameters'"):
+        robustness.main([str(path), "--seeds", "0"])
+
+
+def test_every_training_notebook_can_be_rerun():
+    names = {p.name for p in robustness.default_notebooks()}
+    for stem in ["01", "03", "04", "05", "06", "07", "13"]:
+        assert any(n.startswith(stem) for n in names), f"notebook {stem} has no parameters cell"
