@@ -30,10 +30,17 @@ lint: venv
 	$(BIN)/ruff check course_utils tests notebooks benchmarks conftest.py
 	$(BIN)/ruff format --check course_utils tests benchmarks conftest.py
 
-# A notebook cell that hangs fails after 10 minutes (nbval waits 2000 s by default); the
-# slowest cell takes under 2 minutes on a 2-core CPU.
+# pytest-xdist runs on every core (at most 4 workers); each notebook's cells run in order in
+# one worker, followed by its browser test (conftest.py). Each run trains into a fresh cache
+# folder, so the browser tests load what the notebook runs trained and nothing is reused from
+# an earlier run. A notebook cell that hangs fails after 10 minutes (nbval waits 2000 s by
+# default); the slowest cell takes under 2 minutes on a 2-core CPU.
 test: venv lint
-	$(BIN)/python -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider
+	@cache=$$(mktemp -d -t course-cache-XXXXXX) && \
+	COURSE_CACHE_DIR=$$cache $(BIN)/python -m pytest tests notebooks --nbval-lax \
+		--nbval-cell-timeout=600 -p no:cacheprovider \
+		-n auto --maxprocesses=4; \
+	status=$$?; rm -rf $$cache; exit $$status
 
 # Instructors: copies of the notebooks with exercise solutions replaced by stubs.
 student: venv

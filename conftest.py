@@ -1,9 +1,18 @@
-"""Report each notebook's wall time (kernel start to last cell) against its budget.
+"""How ``make test`` runs: notebooks spread over the cores, and what it reports at the end.
 
-nbval runs a notebook as one test item per cell; this adds the items of a notebook up and
-prints one line per notebook at the end of the run. The budget is the notebook's
-``metadata["course"]["budget_seconds"]`` (COURSE_MAP.md's time budget on a 2-core CPU).
-Timings are reported, not asserted: machines differ, and a slow CI runner is no bug.
+- **Scheduling** (pytest-xdist): nbval runs a notebook as one test item per cell, so all the
+  cells of a notebook form one group that one worker runs in order, and the notebook's
+  browser widget test joins the same group, after the cells: the nbval run trains and caches
+  the models (``COURSE_CACHE_DIR``), the browser run loads them. Groups are handed out
+  longest budget first; the unit tests fill the gaps. (xdist's own ``loadgroup`` mode marks
+  groups by renaming node ids, which pytest 9 no longer allows, so the scheduler below
+  groups by the node id itself.)
+- **Wall times**: one line per notebook (kernel start to last cell) against its budget,
+  ``metadata["course"]["budget_seconds"]`` (COURSE_MAP.md's time budget on a 2-core CPU).
+  Timings are reported, not asserted: machines differ, and a slow CI runner is no bug.
+- **Notes**: lines that tests attach as ``("course_note", text)`` user properties (where the
+  browser tests saved their screenshots, what each widget did) are printed at the end; a
+  worker's own output is not shown under xdist.
 """
 
 import json
@@ -25,10 +34,64 @@ def _notebook_of(nodeid: str) -> str | None:
 NBVAL_OUTPUT_TIMEOUT_S = 60
 
 
+def _budget(path: Path) -> int:
+    meta = json.loads(path.read_text()).get("metadata", {})
+    return meta.get("course", {}).get("budget_seconds", 0)
+
+
+BROWSER_TEST = "tests/test_browser_widgets.py::test_widgets_in_browser["
+
+
+def _group_of(nodeid: str) -> str | None:
+    """The notebook a test item belongs to (one of its cells, or its browser widget test)."""
+    path = nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb"):
+        return Path(path).name
+    if nodeid.startswith(BROWSER_TEST) and nodeid.endswith(".ipynb]"):
+        return nodeid[len(BROWSER_TEST) : -1]
+    return None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole notebooks to one worker, in collection order (see the module docstring)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebookScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _group_of(nodeid) or nodeid  # every other test is a unit of its own
+
+    config.option.loadscopereorder = False  # keep the order chosen in modifyitems
+    return NotebookScheduling(config, log)
+
+
 def pytest_collection_modifyitems(session, config, items):
     for item in items:
         if hasattr(item, "output_timeout"):  # nbval's notebook cells
             item.output_timeout = NBVAL_OUTPUT_TIMEOUT_S
+    # One group per notebook: its cells in order, then its browser test; longest budget first.
+    groups: dict[str, list] = {}
+    rest = []
+    for item in items:
+        name = _group_of(item.nodeid)
+        if name is None:
+            rest.append(item)
+        else:
+            groups.setdefault(name, []).append(item)
+    budgets = {name: _budget(Path(config.rootpath, "notebooks", name)) for name in groups}
+    ordered = []
+    for name in sorted(groups, key=lambda n: (-budgets[n], n)):
+        cells = [i for i in groups[name] if i.path.suffix == ".ipynb"]
+        ordered += cells + [i for i in groups[name] if i.path.suffix != ".ipynb"]
+    items[:] = ordered + rest
+
+
+_notes: dict[str, None] = {}  # insertion-ordered set
+
+
+def pytest_runtest_logreport(report):
+    for key, value in getattr(report, "user_properties", []):
+        if key == "course_note":
+            _notes.setdefault(value)
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -44,6 +107,10 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _notes:
+        terminalreporter.section("notes from the tests")
+        for line in _notes:
+            terminalreporter.write_line(line)
     if not _started:
         return
     terminalreporter.section("notebook wall times (budget from COURSE_MAP.md, 2-core CPU)")

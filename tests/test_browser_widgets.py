@@ -248,7 +248,7 @@ class JupyterLab:
         psutil.wait_procs(children, timeout=10)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab(tmp_path_factory):
     _require_browser()
     server = JupyterLab(tmp_path_factory.mktemp("jupyterlab"))
@@ -259,7 +259,7 @@ def lab(tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser(lab):
     from playwright.sync_api import sync_playwright
 
@@ -271,20 +271,15 @@ def browser(lab):
             chromium.close()
 
 
-def _say(config, text: str) -> None:
-    """A line in pytest's output even when the test passes (print() would be captured)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None:
-        return
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        reporter.write_line(text)
+def _say(node, text: str) -> None:
+    """A line printed at the end of the run even when the test passes (conftest.py collects
+    these notes; print() would be captured, and a pytest-xdist worker's output is not shown)."""
+    node.user_properties.append(("course_note", text))
 
 
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory, pytestconfig):
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory):
     folder = tmp_path_factory.mktemp("widget_screenshots")
-    _say(pytestconfig, f"\nwidget screenshots (before / after): {folder}")
     return folder
 
 
@@ -492,7 +487,7 @@ def _code_cells(path: Path) -> tuple[int, int]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("notebook", WIDGET_NOTEBOOKS)
-def test_widgets_in_browser(notebook, lab, browser, screenshots, pytestconfig):
+def test_widgets_in_browser(notebook, lab, browser, screenshots, request):
     assert (ROOT / "notebooks" / notebook).exists(), f"{notebook} is listed but missing"
     n_code, budget = _code_cells(lab.root / notebook)
     shots = screenshots / Path(notebook).stem
@@ -554,7 +549,11 @@ def test_widgets_in_browser(notebook, lab, browser, screenshots, pytestconfig):
         _check_page(page, notebook, "after moving the widgets")
         assert moved, f"{notebook}: no heatmap widget with a slider or dropdown was found"
         page.screenshot(path=shots / "page.png")
-        _say(pytestconfig, f"{notebook}: ran all cells in {ran:.0f} s; " + "; ".join(moved))
+        _say(
+            request.node,
+            f"{notebook}: ran all cells in {ran:.0f} s; " + "; ".join(moved) + f"; widget "
+            f"screenshots (before / after): {shots}",
+        )
     except Exception:
         with contextlib.suppress(Exception):  # the test's own error is the one to report
             page.screenshot(path=shots / "failure.png")
