@@ -160,3 +160,23 @@ def test_explorer_sliders_redraw_on_release_so_page_and_kernel_agree():
     explorer = widgets.heatmap_explorer(lambda t: np.eye(2) * t, t=(0.1, 1.0, 0.1))
     assert explorer.children[0].continuous_update is False
     assert explorer.children[0].style.description_width == "initial"  # labels not cut off
+
+
+def test_plot_attention_draws_one_mesh_without_drawing_the_figure(monkeypatch):
+    # seaborn.heatmap drew the whole figure on every call (to test tick labels for overlap),
+    # which made a three-panel figure of 30 x 30 maps take seconds; one pcolormesh does not.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    draws = []
+    monkeypatch.setattr(FigureCanvasAgg, "draw", lambda canvas: draws.append(canvas))
+    w = np.array([[0.9, 0.1], [0.3, 0.7]])
+    fig = plotting.plot_attention(w, x_labels=["a", "b"], y_labels=["x", "y"], annot=True)
+    ax = fig.axes[0]
+    assert draws == []
+    mesh = ax.collections[0]
+    assert mesh.colorbar is not None and mesh.colorbar.ax.get_ylabel() == "attention weight"
+    assert ax.get_ylim() == (2.0, 0.0)  # row 0 (query "x") on top, as seaborn draws it
+    assert list(ax.get_xticks()) == [0.5, 1.5]
+    assert [t.get_text() for t in ax.texts] == ["0.90", "0.10", "0.30", "0.70"]
+    # a number on a dark cell is white, on a light cell black
+    assert [t.get_color() for t in ax.texts] == ["white", "black", "black", "white"]
