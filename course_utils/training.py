@@ -61,6 +61,7 @@ def fit(
     device: torch.device | str | None = None,
     desc: str = "training",
     progress: bool = True,
+    lr_schedule: Callable[[int], float] | None = None,
 ) -> dict[str, list[float]]:
     """Train ``model`` for ``steps`` optimiser steps and return its history.
 
@@ -68,6 +69,9 @@ def fit(
     each batch must have a ``.to(device)`` method. ``loss_fn(model, batch)`` returns a scalar
     loss; ``eval_fn(model)`` returns a dict of metrics, called every ``eval_every`` steps
     and after the last step, with the model in eval mode and gradients off.
+
+    ``lr_schedule(step)``, when given, multiplies the learning rate at each step (1 to
+    ``steps``), e.g. ``lambda step: 1 - (step - 1) / steps`` decays it linearly towards 0.
 
     The history has ``step`` and ``train_loss`` (mean over the steps since the last
     evaluation) plus one list per metric that ``eval_fn`` returns.
@@ -77,6 +81,7 @@ def fit(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
     history: dict[str, list[float]] = {"step": [], "train_loss": []}
     running, count = 0.0, 0
 
@@ -89,6 +94,9 @@ def fit(
         loss.backward()
         if clip_grad is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad)
+        if lr_schedule is not None:
+            for group, base_lr in zip(optimizer.param_groups, base_lrs, strict=True):
+                group["lr"] = base_lr * lr_schedule(step)
         optimizer.step()
         running, count = running + loss.item(), count + 1
 

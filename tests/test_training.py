@@ -225,3 +225,22 @@ def test_cache_rejects_bad_arguments(tmp_path):
         training.cache_key(model, CONFIG, modules=["course_utils.attention"])
     with pytest.raises(TypeError, match="train must be a function"):
         training.train_or_load(model, None, CONFIG, folder=tmp_path)
+
+
+def test_fit_lr_schedule_scales_the_learning_rate_of_each_step():
+    training.set_seed(0)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    original_step = optimizer.step
+
+    def step(*args, **kwargs):
+        seen.append(optimizer.param_groups[0]["lr"])
+        return original_step(*args, **kwargs)
+
+    optimizer.step = step
+    schedule = lambda step: 1 - (step - 1) / 4  # noqa: E731
+    training.fit(
+        model, stream(0), mse, steps=4, optimizer=optimizer, lr_schedule=schedule, progress=False
+    )
+    assert seen == pytest.approx([0.1, 0.075, 0.05, 0.025])
