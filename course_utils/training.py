@@ -12,6 +12,7 @@ trains each model once per run (the browser tests load what the notebook run tra
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import json
 import os
@@ -160,7 +161,7 @@ def cache_key(model: torch.nn.Module, config: dict, modules: Sequence = ()) -> s
     It covers ``config`` (JSON-serialisable: data and model settings, steps, seed, ...), the
     model's structure (its ``repr``) and initial weights (so the seed used to build it), the
     source of the modules that define the model and the training loop plus any in
-    ``modules``, the torch version, the device and the number of torch threads (which
+    ``modules`` (modules or dotted names, e.g. the data generator's ``"course_utils.data"``), the torch version, the device and the number of torch threads (which
     change float rounding, hence the trained weights). Change any of them and the key
     changes.
     """
@@ -181,8 +182,10 @@ def cache_key(model: torch.nn.Module, config: dict, modules: Sequence = ()) -> s
             if module is not None and cls.__module__.startswith("course_utils"):
                 involved.add(module)
     for module in modules:
+        if isinstance(module, str):  # a dotted name such as "course_utils.data"
+            module = importlib.import_module(module)
         if not isinstance(module, types.ModuleType):
-            raise TypeError(f"modules must hold modules, got {type(module).__name__}")
+            raise TypeError(f"modules must hold modules or their names, got {module!r}")
         involved.add(module)
     weights = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):

@@ -175,6 +175,18 @@ def test_a_model_from_course_utils_brings_its_modules_source(monkeypatch):
     assert training.cache_key(model, CONFIG) != base
 
 
+def test_modules_named_by_the_notebook_count_too(monkeypatch):
+    model = build()
+    base = training.cache_key(model, CONFIG, modules=["course_utils.data"])
+    assert training.cache_key(model, CONFIG) != base  # the data module is part of the key
+    from course_utils import data
+
+    assert training.cache_key(model, CONFIG, modules=[data]) == base  # a name or the module
+    real = training.inspect.getsource
+    monkeypatch.setattr(training.inspect, "getsource", lambda m: "edited" if m is data else real(m))
+    assert training.cache_key(model, CONFIG, modules=["course_utils.data"]) != base
+
+
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "another model's entry"])
 def test_a_damaged_cache_file_is_retrained_over_with_a_warning(tmp_path, damage):
     model = build()
@@ -221,8 +233,10 @@ def test_cache_rejects_bad_arguments(tmp_path):
         training.cache_key(model, [1, 2])
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         training.cache_key("model", CONFIG)
-    with pytest.raises(TypeError, match="modules must hold modules"):
-        training.cache_key(model, CONFIG, modules=["course_utils.attention"])
+    with pytest.raises(TypeError, match="modules must hold modules or their names"):
+        training.cache_key(model, CONFIG, modules=[3])
+    with pytest.raises(ModuleNotFoundError):
+        training.cache_key(model, CONFIG, modules=["course_utils.no_such_module"])
     with pytest.raises(TypeError, match="train must be a function"):
         training.train_or_load(model, None, CONFIG, folder=tmp_path)
 
