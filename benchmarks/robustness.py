@@ -11,10 +11,12 @@ measured, and rerun it after changing a recipe.
 
     .venv/bin/python benchmarks/robustness.py                      # every notebook, 3 x 2 runs
     .venv/bin/python benchmarks/robustness.py notebooks/06_transformer.ipynb --seeds 0 1 2 3
-    .venv/bin/python benchmarks/robustness.py --threads 1 --jobs 2 --json spread.json
+    .venv/bin/python benchmarks/robustness.py --jobs 2 --json spread.json
 
-``--jobs 2`` runs two notebooks at once (fine for one-thread runs on two cores; a notebook's
-own timings are then slower). Figures are measurements, not tests: this script is not run by
+``--jobs N`` fills N cores: runs start while the torch threads of the runs in flight add up
+to at most N, so on two cores two one-thread runs go together and a two-thread run goes
+alone (two threads sharing a core with another run slowed a notebook 01 run more than
+five times here). A notebook's own timings are slower when runs share the machine. Figures are measurements, not tests: this script is not run by
 ``make test`` (a test runs it on a tiny notebook to check that it works).
 """
 
@@ -27,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -181,12 +184,38 @@ def report(runs: list[Run], summary: dict[str, list[dict]], out=None) -> None:
             )
 
 
+class Cores:
+    """``total`` cores shared by runs: ``take(n)`` waits until n of them are free."""
+
+    def __init__(self, total: int):
+        self.total, self.free = total, total
+        self.changed = threading.Condition()
+
+    def take(self, n: int) -> int:
+        n = min(n, self.total)  # a run wider than the machine runs alone
+        with self.changed:
+            self.changed.wait_for(lambda: self.free >= n)
+            self.free -= n
+        return n
+
+    def give(self, n: int) -> None:
+        with self.changed:
+            self.free += n
+            self.changed.notify_all()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every one that trains")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="cores to fill (default 1): runs go at once while their threads add up to at "
+        "most this",
+    )
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
     parser.add_argument("--json", type=Path, help="also write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep executed notebooks in this folder")
@@ -199,10 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     notebooks = [p.resolve() for p in args.notebooks] or default_notebooks()
     for path in notebooks:
         parameters_of(path)  # fail early, with the notebook's name, before any run
-    combos = [(p, s, t) for p in notebooks for s in args.seeds for t in args.threads]
+    # Runs of one thread count go together, so one-thread runs pair up on two cores.
+    combos = [(p, s, t) for t in args.threads for p in notebooks for s in args.seeds]
     print(
         f"{len(combos)} runs: {len(notebooks)} notebooks x seeds {args.seeds} x threads "
-        f"{args.threads}, {args.jobs} at a time",
+        f"{args.threads}, on {args.jobs} core(s)",
         flush=True,
     )
 
@@ -210,8 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         workdir = args.keep.resolve() if args.keep else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
 
+        cores = Cores(args.jobs)
+
         def job(combo):
-            run = run_one(*combo, workdir=workdir, timeout=args.timeout)
+            taken = cores.take(combo[2])
+            try:
+                run = run_one(*combo, workdir=workdir, timeout=args.timeout)
+            finally:
+                cores.give(taken)
             status = "ok" if not run.error else f"FAILED: {run.error}"
             print(
                 f"  {run.notebook} seed {run.seed} threads {run.threads}: "

@@ -66,3 +66,31 @@ def test_every_training_notebook_can_be_rerun():
     names = {p.name for p in robustness.default_notebooks()}
     for stem in ["01", "03", "04", "05", "06", "07", "13"]:
         assert any(n.startswith(stem) for n in names), f"notebook {stem} has no parameters cell"
+
+
+def test_runs_never_hold_more_threads_than_the_cores_given(monkeypatch, tmp_path):
+    # Stand-in runs record how many threads were in flight when each started.
+    import threading
+    import time
+
+    lock, in_flight, seen = threading.Lock(), [0, 0], []  # threads, runs
+
+    def fake_run(path, seed, threads, workdir, timeout):
+        with lock:
+            in_flight[0] += threads
+            in_flight[1] += 1
+            seen.append((threads, in_flight[0], in_flight[1]))
+        time.sleep(0.05)
+        with lock:
+            in_flight[0] -= threads
+            in_flight[1] -= 1
+        return robustness.Run(path.name, seed, threads)
+
+    monkeypatch.setattr(robustness, "run_one", fake_run)
+    path = write_notebook(tmp_path / "tiny.ipynb")
+    args = [str(path), "--seeds", "0", "1", "2", "--threads", "1", "2", "3", "--jobs", "2"]
+    assert robustness.main(args) == 0
+    assert len(seen) == 9
+    # one-thread runs share the two cores; a wider run goes alone (a 3-thread run on 2 cores)
+    assert all(total <= max(2, threads) for threads, total, _ in seen)
+    assert max(runs for _, _, runs in seen) == 2  # two one-thread runs did go together
