@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -52,6 +54,8 @@ class Run:
     seconds: float = 0.0
     error: str = ""  # the last line of papermill's error, or "" when the run completed
     targets: list[dict] = field(default_factory=list)
+    hung: bool = False  # killed after run_timeout seconds
+    attempts: int = 1
 
 
 def parameters_of(path: Path) -> str:
@@ -81,14 +85,23 @@ def default_notebooks() -> list[Path]:
     return found
 
 
-def run_one(path: Path, seed: int, threads: int, workdir: Path, timeout: int) -> Run:
-    """Execute ``path`` once with papermill; return its targets and how it ended."""
+def run_one(
+    path: Path, seed: int, threads: int, workdir: Path, timeout: int, run_timeout: int = 1200
+) -> Run:
+    """Execute ``path`` once with papermill; return its targets and how it ended.
+
+    ``timeout`` limits each cell (papermill's own limit). ``run_timeout`` limits the whole
+    run: papermill can wait forever for a kernel that has gone idle (seen once here, after a
+    cell that moves a widget), and its cell limit does not catch that.
+    """
     run = Run(path.name, seed, threads)
     tag = f"{path.stem}-seed{seed}-threads{threads}"
     targets_file = workdir / f"{tag}.jsonl"
     env = dict(os.environ)
     env[TARGETS_ENV] = str(targets_file)
     env[CACHE_ENV] = str(workdir / f"{tag}-cache")  # empty: every model trains
+    targets_file.unlink(missing_ok=True)  # a second try starts afresh
+    shutil.rmtree(env[CACHE_ENV], ignore_errors=True)
     env["PYTHONUNBUFFERED"] = "1"
     command = [
         sys.executable,
@@ -111,10 +124,26 @@ def run_one(path: Path, seed: int, threads: int, workdir: Path, timeout: int) ->
         str(timeout),
     ]
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    # A session of its own, so that a hung run is killed with its kernel.
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=run_timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        run.hung = True
     run.seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if run.hung:
+        run.error = f"no result after {run_timeout} s: killed"
+    elif proc.returncode != 0:
+        lines = [line for line in stderr.splitlines() if line.strip()]
         errors = [line for line in lines if "Error" in line] or lines or ["(no message)"]
         run.error = errors[-1].strip()[:300]
     run.targets = read_targets(targets_file)
@@ -166,6 +195,10 @@ def report(runs: list[Run], summary: dict[str, list[dict]], out=None) -> None:
         for r in nb_runs:
             if r.error:
                 print(f"  FAILED seed {r.seed}, threads {r.threads}: {r.error}", file=out)
+            elif r.attempts > 1:
+                print(
+                    f"  seed {r.seed}, threads {r.threads}: second try (the first hung)", file=out
+                )
         rows = summary.get(notebook, [])
         if not rows:
             print("  (no target was recorded)", file=out)
@@ -217,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         "most this",
     )
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    parser.add_argument(
+        "--run-timeout",
+        type=int,
+        default=1200,
+        help="seconds per run; a run that takes longer is killed and tried once more",
+    )
     parser.add_argument("--json", type=Path, help="also write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep executed notebooks in this folder")
     args = parser.parse_args(argv)
@@ -245,7 +284,15 @@ def main(argv: list[str] | None = None) -> int:
         def job(combo):
             taken = cores.take(combo[2])
             try:
-                run = run_one(*combo, workdir=workdir, timeout=args.timeout)
+                run = run_one(
+                    *combo, workdir=workdir, timeout=args.timeout, run_timeout=args.run_timeout
+                )
+                if run.hung:  # a hang is papermill's, not the notebook's: one more try
+                    print(f"  {run.notebook} seed {run.seed}: {run.error}; again", flush=True)
+                    run = run_one(
+                        *combo, workdir=workdir, timeout=args.timeout, run_timeout=args.run_timeout
+                    )
+                    run.attempts = 2
             finally:
                 cores.give(taken)
             status = "ok" if not run.error else f"FAILED: {run.error}"

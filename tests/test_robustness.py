@@ -75,7 +75,7 @@ def test_runs_never_hold_more_threads_than_the_cores_given(monkeypatch, tmp_path
 
     lock, in_flight, seen = threading.Lock(), [0, 0], []  # threads, runs
 
-    def fake_run(path, seed, threads, workdir, timeout):
+    def fake_run(path, seed, threads, workdir, timeout, run_timeout):
         with lock:
             in_flight[0] += threads
             in_flight[1] += 1
@@ -94,3 +94,37 @@ def test_runs_never_hold_more_threads_than_the_cores_given(monkeypatch, tmp_path
     # one-thread runs share the two cores; a wider run goes alone (a 3-thread run on 2 cores)
     assert all(total <= max(2, threads) for threads, total, _ in seen)
     assert max(runs for _, _, runs in seen) == 2  # two one-thread runs did go together
+
+
+def test_a_run_that_hangs_is_killed_and_tried_once_more(tmp_path, capsys):
+    # The first try waits forever (as papermill did once for a widget cell); the second
+    # finds the marker file and finishes.
+    marker = tmp_path / "tried"
+    parameters = nbformat.v4.new_code_cell("SEED = 0\nTHREADS = 1")
+    parameters.metadata["tags"] = ["parameters"]
+    body = nbformat.v4.new_code_cell(
+        "import pathlib, time\n"
+        "from course_utils.targets import target\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n"
+        "    marker.touch()\n"
+        "    time.sleep(600)\n"
+        "assert target('finished', 1, '>=', 1)"
+    )
+    nb = nbformat.v4.new_notebook(cells=[parameters, body])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    path = tmp_path / "hangs.ipynb"
+    nbformat.write(nb, path)
+    out_json = tmp_path / "out.json"
+    args = [str(path), "--seeds", "0", "--threads", "1", "--run-timeout", "25"]
+    assert robustness.main([*args, "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "no result after 25 s: killed; again" in out
+    assert "second try (the first hung)" in out
+    (run,) = json.loads(out_json.read_text())["runs"]
+    assert run["attempts"] == 2 and not run["hung"] and not run["error"]
+    assert [t["name"] for t in run["targets"]] == ["finished"]  # only the second try's
