@@ -73,6 +73,15 @@ def parameters_of(path: Path) -> str:
     return source
 
 
+def run_timeout_of(path: Path, given: int | None) -> int:
+    """Seconds a run of ``path`` may take: ``given``, else ten times the notebook's budget
+    (COURSE_MAP.md, in its metadata), at least five minutes."""
+    if given is not None:
+        return given
+    budget = nbformat.read(path, as_version=4).metadata.get("course", {}).get("budget_seconds")
+    return max(300, 10 * int(budget or 120))
+
+
 def default_notebooks() -> list[Path]:
     """Every notebook of the course that has a parameters cell."""
     found = []
@@ -86,13 +95,14 @@ def default_notebooks() -> list[Path]:
 
 
 def run_one(
-    path: Path, seed: int, threads: int, workdir: Path, timeout: int, run_timeout: int = 1200
+    path: Path, seed: int, threads: int, workdir: Path, timeout: int, run_timeout: int
 ) -> Run:
     """Execute ``path`` once with papermill; return its targets and how it ended.
 
     ``timeout`` limits each cell (papermill's own limit). ``run_timeout`` limits the whole
-    run: papermill can wait forever for a kernel that has gone idle (seen once here, after a
-    cell that moves a widget), and its cell limit does not catch that.
+    run: papermill (nbclient 0.11) can wait forever for a kernel that has gone idle (seen here
+    in 2 of 12 runs of notebook 05, at its widget cells), and its cell limit does not catch
+    that.
     """
     run = Run(path.name, seed, threads)
     tag = f"{path.stem}-seed{seed}-threads{threads}"
@@ -253,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--run-timeout",
         type=int,
-        default=1200,
-        help="seconds per run; a run that takes longer is killed and tried once more",
+        help="seconds per run (default: ten times the notebook's budget, at least 300); a run "
+        "that takes longer is killed and tried once more",
     )
     parser.add_argument("--json", type=Path, help="also write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep executed notebooks in this folder")
@@ -283,15 +293,12 @@ def main(argv: list[str] | None = None) -> int:
 
         def job(combo):
             taken = cores.take(combo[2])
+            limit = run_timeout_of(combo[0], args.run_timeout)
             try:
-                run = run_one(
-                    *combo, workdir=workdir, timeout=args.timeout, run_timeout=args.run_timeout
-                )
+                run = run_one(*combo, workdir=workdir, timeout=args.timeout, run_timeout=limit)
                 if run.hung:  # a hang is papermill's, not the notebook's: one more try
                     print(f"  {run.notebook} seed {run.seed}: {run.error}; again", flush=True)
-                    run = run_one(
-                        *combo, workdir=workdir, timeout=args.timeout, run_timeout=args.run_timeout
-                    )
+                    run = run_one(*combo, workdir=workdir, timeout=args.timeout, run_timeout=limit)
                     run.attempts = 2
             finally:
                 cores.give(taken)

@@ -128,3 +128,16 @@ def test_a_run_that_hangs_is_killed_and_tried_once_more(tmp_path, capsys):
     (run,) = json.loads(out_json.read_text())["runs"]
     assert run["attempts"] == 2 and not run["hung"] and not run["error"]
     assert [t["name"] for t in run["targets"]] == ["finished"]  # only the second try's
+
+
+def test_a_run_may_take_ten_times_its_notebooks_budget(tmp_path):
+    path = write_notebook(tmp_path / "tiny.ipynb")
+    assert robustness.run_timeout_of(path, None) == 1200  # no budget: as if 120 s
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["course"] = {"budget_seconds": 45}
+    nbformat.write(nb, path)
+    assert robustness.run_timeout_of(path, None) == 450
+    assert robustness.run_timeout_of(path, 20) == 20  # --run-timeout wins
+    nb.metadata["course"] = {"budget_seconds": 10}
+    nbformat.write(nb, path)
+    assert robustness.run_timeout_of(path, None) == 300  # never under five minutes
