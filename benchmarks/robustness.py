@@ -101,7 +101,7 @@ def run_one(
 
     ``timeout`` limits each cell (papermill's own limit). ``run_timeout`` limits the whole
     run: papermill (nbclient 0.11) can wait forever for a kernel that has gone idle (seen here
-    in 2 of 12 runs of notebook 05, at its widget cells), and its cell limit does not catch
+    in 2 of 8 runs of notebook 05, at its widget cells), and its cell limit does not catch
     that.
     """
     run = Run(path.name, seed, threads)
