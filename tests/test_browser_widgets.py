@@ -44,8 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 WIDGET_NOTEBOOKS = [
     "00_welcome.ipynb",
     "02_query_key_value.ipynb",
+    "03_bahdanau_attention.ipynb",
     "04_self_attention_multihead.ipynb",
     "05_positional_encoding.ipynb",
+    "06_transformer.ipynb",
     "07_machine_translation.ipynb",
     "11_visualising_attention.ipynb",
     "13_efficient_attention.ipynb",

@@ -122,3 +122,27 @@ def test_pre_commit_hooks_use_the_pinned_tool_versions():
             assert py[name] == version, (
                 f"{hook['id']} pins {name}=={version}, pyproject has {py[name]}"
             )
+
+
+def test_every_notebook_with_widgets_is_tested_in_the_browser():
+    import ast
+
+    tree = ast.parse((ROOT / "tests" / "test_browser_widgets.py").read_text())
+    listed = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", "") == "WIDGET_NOTEBOOKS" for t in node.targets)
+    )
+    with_widgets = []
+    for path in NOTEBOOKS:
+        source = "\n".join(
+            "".join(c["source"])
+            for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "code"
+        )
+        if re.search(r"\bipywidgets\b|\bheatmap_explorer\b", source):
+            with_widgets.append(path.name)
+    assert with_widgets, "no notebook with widgets found: is the pattern still right?"
+    missing = sorted(set(with_widgets) - set(listed))
+    assert not missing, f"{missing} have widgets but are not in WIDGET_NOTEBOOKS"
