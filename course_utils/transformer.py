@@ -555,7 +555,10 @@ class TransformerSeq2Seq(nn.Module):
             else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
         )
         # The paper's scale: embeddings ~ N(0, 1/E), multiplied by sqrt(E) on the way in.
-        for embed in {self.src_embed, self.tgt_embed}:
+        # A list, not a set: a set of modules iterates in memory-address order, so the two
+        # tables would draw their random values in an order that changes from run to run.
+        embeds = [self.src_embed] if c.share_embeddings else [self.src_embed, self.tgt_embed]
+        for embed in embeds:
             nn.init.normal_(embed.weight, std=c.d_model**-0.5)
             with torch.no_grad():
                 embed.weight[c.pad_id].zero_()  # <pad> embeds to zero, as padding_idx intends
