@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import efficient as eff
+from course_utils.measure import peak_extra_memory
 
 WINDOW = 256  # sliding-window attention: each query sees keys within 256 positions
 METHODS = ("sdpa", "naive", "tiled", "linear", "sliding")
@@ -130,14 +131,6 @@ def time_point(methods, B, H, N, D, is_causal, backward, repeats, device, block_
 # ---------------------------------------------------------------------------------------
 # Memory: one call in a fresh process
 # ---------------------------------------------------------------------------------------
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def memory_child(spec: dict) -> dict:
     """Runs in the subprocess: peak extra bytes of one call described by ``spec``."""
     torch.set_num_threads(spec["threads"])
@@ -160,13 +153,16 @@ def memory_child(spec: dict) -> dict:
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated() - before
         else:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # reset VmHWM to the current RSS (Linux >= 4.0)
-            before = _status_kib("VmRSS")
-            out = attend(method, q, k, v, causal)
-            if backward:
-                out.backward(torch.ones_like(out))
-            peak = (_status_kib("VmHWM") - before) * 1024
+
+            def run():
+                out = attend(method, q, k, v, causal)
+                if backward:
+                    out.backward(torch.ones_like(out))
+                return out
+
+            out, peak = peak_extra_memory(run)  # the notebook's measurement, in this process
+            if peak is None:
+                raise RuntimeError("CPU memory is read from /proc/self/status: Linux only")
     return {"extra_bytes": max(peak - must_return, 0), "raw_peak_bytes": peak}
 
 

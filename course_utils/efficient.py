@@ -21,7 +21,6 @@ attended to. Causal masks are aligned at the top left, as in
 
 from __future__ import annotations
 
-import ctypes
 import math
 
 import torch
@@ -480,47 +479,3 @@ def block_sparse_attention(
     _check_positive("block_size", block_size)
     _check_global(num_global, query.shape[-2])
     return _banded_attention(query, key, value, block_size, is_causal, None, num_global)
-
-
-# ---------------------------------------------------------------------------------------
-# Measuring memory
-# ---------------------------------------------------------------------------------------
-def _proc_status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"{field} is not in /proc/self/status")
-
-
-def peak_extra_memory(fn, *args, **kwargs):
-    """Call ``fn(*args, **kwargs)``; return ``(result, peak extra bytes or None)``.
-
-    The peak is the process's resident-memory high-water mark during the call minus its
-    resident memory just before (Linux: ``/proc/self/clear_refs`` resets the mark). It counts
-    every byte the call touched, torch's tensors and its libraries' scratch buffers alike,
-    the result included. It first returns freed heap memory to the system (glibc's
-    ``malloc_trim``), so that reused memory hides little; still, compare sizes that differ
-    by more than a few MiB. Returns ``None`` for the bytes where
-    ``/proc`` is missing (macOS, Windows) or on CUDA tensors' device memory.
-
-    >>> result, extra = peak_extra_memory(torch.ones, 1000)
-    >>> result.shape, extra is None or extra >= 0
-    (torch.Size([1000]), True)
-    """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    try:
-        # Hand memory that earlier calls freed back to the system, so that this call has to
-        # touch fresh pages (and shows up in the peak) instead of quietly reusing them.
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: the reading may then hide reused memory
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM (the peak) to the current resident size
-        before = _proc_status_kib("VmRSS")
-    except OSError:
-        return fn(*args, **kwargs), None
-    result = fn(*args, **kwargs)
-    return result, max(_proc_status_kib("VmHWM") - before, 0) * 1024
