@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import efficient as eff
+from course_utils import sparse_attention as sparse
 from course_utils.measure import peak_extra_memory
 
 WINDOW = 256  # sliding-window attention: each query sees keys within 256 positions
@@ -72,7 +73,7 @@ def attend(method: str, q, k, v, is_causal: bool, block_size: int | None = None)
     if method == "linear":
         return eff.linear_attention(q, k, v, is_causal=is_causal)
     if method == "sliding":
-        return eff.sliding_window_attention(q, k, v, window=WINDOW, is_causal=is_causal)
+        return sparse.sliding_window_attention(q, k, v, window=WINDOW, is_causal=is_causal)
     raise ValueError(f"unknown method {method!r}; choose from {METHODS + ('tiled_autograd',)}")
 
 

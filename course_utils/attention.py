@@ -167,6 +167,70 @@ def causal_mask(Lq: int, Lk: int | None = None, device=None) -> torch.Tensor:
     return torch.ones(Lq, Lk, dtype=torch.bool, device=device).tril()
 
 
+def mask_from_torch(mask: torch.Tensor) -> torch.Tensor:
+    """A PyTorch attention or key-padding mask in the course convention (True = may attend).
+
+    PyTorch's boolean masks are ``True`` where attention is *blocked*, so they are inverted.
+    Its float masks are added to the scores: ``0`` keeps a position, ``-inf`` blocks it; other
+    values are biases, which a boolean mask cannot express, and raise ``ValueError``.
+
+    >>> torch_mask = torch.nn.Transformer.generate_square_subsequent_mask(3)
+    >>> mask_from_torch(torch_mask)
+    tensor([[ True, False, False],
+            [ True,  True, False],
+            [ True,  True,  True]])
+    >>> mask_from_torch(torch.tensor([[False, True]]))  # key padding: True = <pad> in torch
+    tensor([[ True, False]])
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype == torch.bool:
+        return ~mask
+    if mask.is_floating_point():
+        blocked = torch.isneginf(mask)
+        if not ((mask == 0) | blocked).all():
+            raise ValueError("a float mask must hold only 0 (keep) and -inf (block) values")
+        return ~blocked
+    raise TypeError(f"mask must be boolean or float, got dtype {mask.dtype}")
+
+
+def with_key_padding(attn_mask, padding_mask, name: str, batch: int, length: int):
+    """An attention mask and a ``(B, S)`` key-padding mask -> one mask (or None).
+
+    ``padding_mask`` is ``True`` at real tokens (what ``Batch.src_mask`` gives); ``name``
+    names it in error messages. The result broadcasts over heads: ``(B, 1, 1, S)`` for the
+    padding alone, ``(B, 1, L, S)`` or ``(B, H, L, S)`` with an attention mask.
+
+    >>> keys = torch.tensor([[True, True, False]])  # one sequence of 2 tokens + <pad>
+    >>> with_key_padding(causal_mask(3), keys, "keys", 1, 3)[0, 0].int()
+    tensor([[1, 0, 0],
+            [1, 1, 0],
+            [1, 1, 0]], dtype=torch.int32)
+    """
+    if padding_mask is None:
+        return attn_mask
+    if not isinstance(padding_mask, torch.Tensor) or padding_mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must be a boolean tensor (True = real token), got "
+            f"{type(padding_mask).__name__} {getattr(padding_mask, 'dtype', '')}"
+        )
+    if padding_mask.shape != (batch, length):
+        raise ValueError(
+            f"{name} must have shape (B, S) = {(batch, length)}, got {tuple(padding_mask.shape)}"
+        )
+    keys = padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S): the same for every query
+    if attn_mask is None:
+        return keys
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+        raise TypeError(
+            f"attention masks must be boolean (True = may attend), got "
+            f"{getattr(attn_mask, 'dtype', type(attn_mask).__name__)}"
+        )
+    if attn_mask.dim() == 3:  # (B, L, S) -> (B, 1, L, S), so it broadcasts over heads
+        attn_mask = attn_mask[:, None]
+    return attn_mask & keys
+
+
 def scaled_dot_product_attention(
     query: torch.Tensor,
     key: torch.Tensor,

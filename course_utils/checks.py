@@ -531,7 +531,7 @@ def check_feed_forward(fn: Callable) -> None:
 
 def check_label_smoothing_loss(fn: Callable) -> None:
     """Check a learner's ``loss(logits, targets, pad_id, smoothing)`` -> a scalar tensor."""
-    from .transformer import label_smoothed_loss
+    from .training import label_smoothed_loss
 
     g = _seeded(61)
     logits = torch.randn(3, 5, 7, generator=g)
@@ -551,7 +551,7 @@ def check_label_smoothing_loss(fn: Callable) -> None:
 
 def check_noam_rate(fn: Callable) -> None:
     """Check a learner's ``noam(step, d_model, warmup_steps, factor)`` -> a float."""
-    from .transformer import noam_rate
+    from .training import noam_rate
 
     def as_tensor(f):
         return lambda *args: torch.tensor(float(f(*args)), dtype=torch.float64)
@@ -597,10 +597,10 @@ def _dilated_window_reference(N: int, window: int, dilation: int) -> torch.Tenso
 
 def check_dilated_window_mask(fn: Callable) -> None:
     """Check a learner's ``dilated_window_mask(N, window, dilation)`` -> bool ``(N, N)``."""
-    from . import efficient  # imported here: this section is appended to the module
+    from . import sparse_attention  # imported here: this section is appended to the module
 
     cases = [(6, 2, 1), (10, 3, 2), (12, 2, 3), (5, 8, 2)]
-    assert torch.equal(_dilated_window_reference(9, 3, 1), efficient.sliding_window_mask(9, 3))
+    assert torch.equal(_dilated_window_reference(9, 3, 1), sparse_attention.sliding_window_mask(9, 3))
     check_function(
         fn,
         _dilated_window_reference,

@@ -1,4 +1,4 @@
-"""Attention that does not build the ``N x N`` matrix: tiled, linear, local and sparse.
+"""Attention that does not build the ``N x N`` matrix: tiled (exact) and linear.
 
 Every function takes ``query (..., N, D)``, ``key (..., M, D)`` and ``value (..., M, Dv)``
 with the same leading (batch, head) dims and returns the output ``(..., N, Dv)``:
@@ -9,10 +9,11 @@ with the same leading (batch, head) dims and returns the output ``(..., N, Dv)``
   them.
 - :func:`linear_attention` replaces ``exp(q . k)`` by ``phi(q) . phi(k)`` with
   ``phi = elu + 1``, which costs ``O(N D^2)`` instead of ``O(N^2 D)`` (an approximation).
-- :func:`sliding_window_attention` (each query sees keys within ``window`` positions) and
-  :func:`block_sparse_attention` (neighbouring blocks plus a few global tokens) are exact
-  attention restricted to a sparse pattern; :func:`sliding_window_mask` and
-  :func:`block_sparse_mask` give those patterns as boolean ``(N, N)`` masks.
+- :func:`naive_attention` builds the whole matrix: the reference the others are measured
+  against.
+
+Attention restricted to a sparse pattern (sliding window, block-sparse) is in
+:mod:`course_utils.sparse_attention`; measuring memory is :mod:`course_utils.measure`.
 
 Masks mean what they mean everywhere in the course: ``True`` = this position may be
 attended to. Causal masks are aligned at the top left, as in
@@ -25,6 +26,8 @@ import math
 
 import torch
 import torch.nn.functional as F
+
+from course_utils._validate import check_positive, check_qkv
 
 # Tile edge (queries and keys per tile), from timing 64, 128, 256 and 512 at N=1024, B=2,
 # H=8, D=64 on this project's 2-core AVX2 CPU (under load; `benchmarks/attention.py
@@ -39,35 +42,6 @@ DEFAULT_CHUNK_SIZE = 64
 
 
 # ---------------------------------------------------------------------------------------
-# Input checks: every public function names the argument and the shapes it got.
-# ---------------------------------------------------------------------------------------
-def _check_qkv(query, key, value, same_length: bool = False) -> None:
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() < 2:
-            raise ValueError(f"{name} must be (..., N, D), got shape {tuple(x.shape)}")
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-    if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
-        raise ValueError(f"query, key and value must have the same leading dims, got {shapes}")
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query and key must have the same feature size D, got {shapes}")
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"key and value must have the same length M, got {shapes}")
-    if same_length and query.shape[-2] != key.shape[-2]:
-        raise ValueError(f"query and key must have the same length N here, got {shapes}")
-
-
-def _check_positive(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-
-
-# ---------------------------------------------------------------------------------------
 # Naive attention: the N x N matrix, for reference and for measuring the quadratic wall
 # ---------------------------------------------------------------------------------------
 def naive_attention(query, key, value, is_causal: bool = False, mask=None) -> torch.Tensor:
@@ -78,7 +52,7 @@ def naive_attention(query, key, value, is_causal: bool = False, mask=None) -> to
     >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
     True
     """
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., N, M)
     if is_causal:
         N, M = scores.shape[-2:]
@@ -224,9 +198,9 @@ def tiled_attention(
     >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
     True
     """
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
     block_size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
-    _check_positive("block_size", block_size)
+    check_positive("block_size", block_size)
     scores_shape = (*query.shape[:-1], key.shape[-2])
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -303,9 +277,9 @@ def linear_attention(
     >>> torch.allclose(linear_attention(q, k, v, is_causal=True, chunk_size=3), quadratic, atol=1e-5)
     True
     """
-    _check_qkv(query, key, value, same_length=is_causal)
+    check_qkv(query, key, value, same_length=is_causal)
     chunk_size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
-    _check_positive("chunk_size", chunk_size)
+    check_positive("chunk_size", chunk_size)
     fq, fk = elu_feature_map(query), elu_feature_map(key)  # (..., N, D), (..., M, D)
     if not is_causal:
         kv = fk.transpose(-2, -1) @ value  # (..., D, M) @ (..., M, Dv) -> (..., D, Dv)
@@ -333,149 +307,3 @@ def linear_attention(
     denom = (fq @ state_z.unsqueeze(-1)) + w.sum(dim=-1, keepdim=True)  # (..., n, C, 1)
     out = numer / (denom + eps)
     return out.reshape(*batch, n_chunks * C, Dv)[..., :N, :]
-
-
-# ---------------------------------------------------------------------------------------
-# Local and block-sparse attention: exact attention on a sparse pattern
-# ---------------------------------------------------------------------------------------
-def sliding_window_mask(N: int, window: int, is_causal: bool = False, device=None):
-    """``(N, N)`` mask: query i sees key j when ``|i - j| < window`` (and ``j <= i`` if causal).
-
-    >>> sliding_window_mask(4, 2, is_causal=True).int()
-    tensor([[1, 0, 0, 0],
-            [1, 1, 0, 0],
-            [0, 1, 1, 0],
-            [0, 0, 1, 1]], dtype=torch.int32)
-    """
-    _check_positive("N", N)
-    _check_positive("window", window)
-    offset = torch.arange(N, device=device)[:, None] - torch.arange(N, device=device)[None, :]
-    allowed = offset.abs() < window  # offset = i - j
-    return allowed & (offset >= 0) if is_causal else allowed
-
-
-def block_sparse_mask(
-    N: int, block_size: int, num_global: int = 0, is_causal: bool = False, device=None
-):
-    """``(N, N)`` mask: query i sees every key in its own block and the two neighbouring
-    blocks of ``block_size`` positions; the first ``num_global`` tokens see and are seen by
-    every position (BigBird / Longformer style). Causal keeps only ``j <= i``.
-
-    >>> block_sparse_mask(6, 2, num_global=1).int()
-    tensor([[1, 1, 1, 1, 1, 1],
-            [1, 1, 1, 1, 0, 0],
-            [1, 1, 1, 1, 1, 1],
-            [1, 1, 1, 1, 1, 1],
-            [1, 0, 1, 1, 1, 1],
-            [1, 0, 1, 1, 1, 1]], dtype=torch.int32)
-    """
-    _check_positive("N", N)
-    _check_positive("block_size", block_size)
-    _check_global(num_global, N)
-    blocks = torch.arange(N, device=device) // block_size
-    allowed = (blocks[:, None] - blocks[None, :]).abs() <= 1
-    allowed[:num_global, :] = True
-    allowed[:, :num_global] = True
-    return allowed.tril() if is_causal else allowed
-
-
-def _check_global(num_global, N) -> None:
-    if isinstance(num_global, bool) or not isinstance(num_global, int):
-        raise TypeError(f"num_global must be an int, got {type(num_global).__name__}")
-    if not 0 <= num_global <= N:
-        raise ValueError(f"num_global must be in [0, N={N}], got {num_global}")
-
-
-def _banded_attention(query, key, value, block, is_causal, window, num_global):
-    """Queries in block b see keys in blocks b-1, b, b+1, through an ``unfold`` view.
-
-    ``window`` (or None) restricts that to ``|i - j| < window``; the first ``num_global``
-    keys are added to every query, and the first ``num_global`` queries see every key.
-    Memory is ``O(N * block)``: 3 blocks of scores per query (2 if causal: the block after
-    is all in the future), plus ``num_global``.
-    """
-    *batch, N, D = query.shape
-    Dv = value.shape[-1]
-    n_blocks = -(-N // block)
-    pad = n_blocks * block - N
-    scale = 1.0 / math.sqrt(D)
-    q = F.pad(query * scale, (0, 0, 0, pad)).reshape(*batch, n_blocks, block, D)
-    # One padding block either side, so every query block has a block before and after it
-    k = F.pad(key, (0, 0, block, block + pad))  # (..., (n + 2) * block, D)
-    v = F.pad(value, (0, 0, block, block + pad))
-    width = (2 if is_causal else 3) * block  # keys per query block: w
-    k_win = k.unfold(-2, 3 * block, block)[..., :width]  # (..., n, D, w): a view, no copy
-    v_win = v.unfold(-2, 3 * block, block)[..., :width].transpose(-2, -1)  # (..., n, w, Dv)
-    s = q @ k_win  # (..., n, block, D) @ (..., n, D, w) -> (..., n, block, w)
-
-    device = query.device
-    qi = torch.arange(n_blocks * block, device=device).reshape(n_blocks, block, 1)
-    kj = (torch.arange(n_blocks, device=device) * block - block).reshape(n_blocks, 1, 1)
-    kj = kj + torch.arange(width, device=device)  # (n, 1, w), absolute key index
-    allowed = (kj >= 0) & (kj < N)  # not padding
-    if window is not None:
-        allowed = allowed & ((qi - kj).abs() < window)
-    if is_causal:
-        allowed = allowed & (kj <= qi)
-    local = allowed & (kj >= num_global)  # global keys come once, from the global part below
-    s = s.masked_fill_(~local, float("-inf"))  # in place: matmul's backward does not need s
-    if num_global:
-        g = torch.arange(num_global, device=device)
-        sg = q @ key[..., None, :num_global, :].transpose(-2, -1)  # (..., n, block, G)
-        ok = (g <= qi) if is_causal else torch.ones_like(g, dtype=torch.bool)
-        s = torch.cat([s, sg.masked_fill(~ok, float("-inf"))], dim=-1)
-        v_win = torch.cat(
-            [v_win, value[..., None, :num_global, :].expand(*batch, n_blocks, -1, -1)], dim=-2
-        )
-    p = torch.softmax(s, dim=-1)  # every real query sees at least itself: no empty row
-    out = (p @ v_win).reshape(*batch, n_blocks * block, Dv)[..., :N, :]
-    if num_global:  # global queries attend to every key: G x N scores, linear in N
-        full = naive_attention(query[..., :num_global, :], key, value, is_causal=is_causal)
-        out = torch.cat([full, out[..., num_global:, :]], dim=-2)
-    return out
-
-
-def sliding_window_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    window: int,
-    is_causal: bool = False,
-) -> torch.Tensor:
-    """Exact attention restricted to ``|i - j| < window`` (and ``j <= i`` if causal).
-
-    Equals ``F.scaled_dot_product_attention`` with ``attn_mask=sliding_window_mask(N,
-    window, is_causal)``, but computes only ``O(N * window)`` scores.
-
-    >>> q, k, v = torch.randn(3, 2, 9, 4).unbind(0)
-    >>> mask = sliding_window_mask(9, 3, is_causal=True)
-    >>> out = sliding_window_attention(q, k, v, window=3, is_causal=True)
-    >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6)
-    True
-    """
-    _check_qkv(query, key, value, same_length=True)
-    _check_positive("window", window)
-    return _banded_attention(query, key, value, window, is_causal, window, 0)
-
-
-def block_sparse_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    block_size: int,
-    num_global: int = 0,
-    is_causal: bool = False,
-) -> torch.Tensor:
-    """Exact attention on :func:`block_sparse_mask`'s pattern: neighbouring blocks plus
-    ``num_global`` global tokens, with ``O(N * (block_size + num_global))`` scores.
-
-    >>> q, k, v = torch.randn(3, 2, 10, 4).unbind(0)
-    >>> mask = block_sparse_mask(10, 3, num_global=2)
-    >>> out = block_sparse_attention(q, k, v, block_size=3, num_global=2)
-    >>> torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-6)
-    True
-    """
-    _check_qkv(query, key, value, same_length=True)
-    _check_positive("block_size", block_size)
-    _check_global(num_global, query.shape[-2])
-    return _banded_attention(query, key, value, block_size, is_causal, None, num_global)

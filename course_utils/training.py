@@ -7,6 +7,9 @@ under ``torch.no_grad()``. It records everything in a history dict of lists.
 :func:`train_or_load` wraps any training code with a cache: a notebook rerun after a kernel
 restart loads its trained weights in seconds instead of training again, and ``make test``
 trains each model once per run (the browser tests load what the notebook run trained).
+
+Losses and schedules that :func:`fit` takes: the label-smoothed cross-entropy and the
+Transformer paper's warm-up learning rate (notebook 06).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 
@@ -257,3 +261,90 @@ def train_or_load(
     torch.save(entry, partial)
     os.replace(partial, path)  # atomic: a reader never sees half a file
     return TrainingRun(history, seconds, False, path)
+
+
+# ---------------------------------------------------------------------------------------
+# Losses and learning-rate schedules (notebook 06's Transformer)
+# ---------------------------------------------------------------------------------------
+def label_smoothed_loss(
+    logits: torch.Tensor, targets: torch.Tensor, pad_id: int, smoothing: float = 0.1
+) -> torch.Tensor:
+    """Cross-entropy against ``(1 - smoothing) * one_hot + smoothing / V``, mean over non-pad.
+
+    ``logits (B, T, V), targets (B, T) -> scalar``; equals ``F.cross_entropy(...,
+    ignore_index=pad_id, label_smoothing=smoothing)``. ``smoothing=0`` is plain cross-entropy.
+
+    >>> logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])
+    >>> round(label_smoothed_loss(logits, torch.tensor([[0, 1]]), pad_id=1, smoothing=0.0).item(), 4)
+    0.2395
+    """
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
+        raise ValueError(
+            f"logits must be a 3-D tensor (B, T, V), got shape {tuple(getattr(logits, 'shape', ()))}"
+        )
+    if not isinstance(targets, torch.Tensor) or targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"targets must have shape (B, T) = {tuple(logits.shape[:2])}, got "
+            f"{tuple(getattr(targets, 'shape', ()))}"
+        )
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+    B, T, V = logits.shape
+    return F.cross_entropy(
+        logits.reshape(B * T, V),
+        targets.reshape(B * T),
+        ignore_index=pad_id,
+        label_smoothing=smoothing,
+    )
+
+
+def smoothed_seq2seq_loss(smoothing: float = 0.1):
+    """A ``loss_fn`` for :func:`fit` with label smoothing."""
+
+    def loss_fn(model, batch):
+        logits = model(batch.src, batch.src_len, batch.tgt_in)  # (B, T, V)
+        return label_smoothed_loss(logits, batch.tgt_out, model.pad_id, smoothing)
+
+    return loss_fn
+
+
+def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """The paper's learning rate: ``factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``.
+
+    Rises linearly for ``warmup_steps`` steps, then falls as ``1 / sqrt(step)``; step 1 is
+    the first optimiser step.
+
+    >>> round(noam_rate(4000, d_model=512, warmup_steps=4000), 6)  # the peak
+    0.000699
+    """
+    if step < 1 or warmup_steps < 1 or d_model < 1:
+        raise ValueError(
+            f"step, warmup_steps and d_model must be positive, got {step}, {warmup_steps}, "
+            f"{d_model}"
+        )
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def noam_optimizer(
+    params, d_model: int, warmup_steps: int, factor: float = 1.0
+) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+    """Adam(betas 0.9, 0.98, eps 1e-9) whose learning rate follows :func:`noam_rate`.
+
+    The schedule advances after every ``optimizer.step()`` by itself (a step hook), so the
+    optimiser can be handed to :func:`fit` as it is.
+
+    >>> w = torch.nn.Parameter(torch.zeros(2))
+    >>> optimizer, _ = noam_optimizer([w], d_model=64, warmup_steps=10)
+    >>> for _ in range(3):
+    ...     w.grad = torch.ones(2)
+    ...     optimizer.step()
+    >>> optimizer.param_groups[0]["lr"] == noam_rate(4, 64, 10)  # the rate for the next step
+    True
+    """
+    optimizer = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    # LambdaLR multiplies lr=1.0 by the rate; its counter starts at 0, the rate at step 1.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: noam_rate(i + 1, d_model, warmup_steps, factor)
+    )
+    optimizer.register_step_post_hook(lambda *_: scheduler.step())
+    return optimizer, scheduler

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import efficient as eff
+from course_utils import sparse_attention as sparse
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -191,10 +192,10 @@ def test_sliding_window_equals_sdpa_with_the_mask(N, window, is_causal):
     expected_mask = _mask_by_loops(
         N, lambda i, j: abs(i - j) < window and (j <= i or not is_causal)
     )
-    mask = eff.sliding_window_mask(N, window, is_causal=is_causal)
+    mask = sparse.sliding_window_mask(N, window, is_causal=is_causal)
     assert torch.equal(mask, expected_mask)
     q, k, v = _qkv((2, 3), N, N, 8, 5, seed=N + window, requires_grad=True)
-    got = eff.sliding_window_attention(q, k, v, window=window, is_causal=is_causal)
+    got = sparse.sliding_window_attention(q, k, v, window=window, is_causal=is_causal)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert torch.allclose(got, ref, atol=1e-5)
     grads = torch.autograd.grad(got.sum(), (q, k, v))
@@ -213,10 +214,10 @@ def test_block_sparse_equals_sdpa_with_the_mask(N, block, num_global, is_causal)
         ok = near or i < num_global or j < num_global
         return ok and (j <= i or not is_causal)
 
-    mask = eff.block_sparse_mask(N, block, num_global=num_global, is_causal=is_causal)
+    mask = sparse.block_sparse_mask(N, block, num_global=num_global, is_causal=is_causal)
     assert torch.equal(mask, _mask_by_loops(N, allowed))
     q, k, v = _qkv((2,), N, N, 6, 4, seed=N * block, requires_grad=True)
-    got = eff.block_sparse_attention(q, k, v, block, num_global=num_global, is_causal=is_causal)
+    got = sparse.block_sparse_attention(q, k, v, block, num_global=num_global, is_causal=is_causal)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert torch.allclose(got, ref, atol=1e-5)
     grads = torch.autograd.grad(got.sum(), (q, k, v))
@@ -234,13 +235,13 @@ def test_non_positive_sizes_raise(bad):
     with pytest.raises(ValueError, match="block_size"):
         eff.tiled_attention(q, k, v, block_size=bad)
     with pytest.raises(ValueError, match="window"):
-        eff.sliding_window_attention(q, k, v, window=bad)
+        sparse.sliding_window_attention(q, k, v, window=bad)
     with pytest.raises(ValueError, match="window"):
-        eff.sliding_window_mask(8, bad)
+        sparse.sliding_window_mask(8, bad)
     with pytest.raises(ValueError, match="chunk_size"):
         eff.linear_attention(q, k, v, is_causal=True, chunk_size=bad)
     with pytest.raises(ValueError, match="block_size"):
-        eff.block_sparse_attention(q, k, v, block_size=bad)
+        sparse.block_sparse_attention(q, k, v, block_size=bad)
 
 
 def test_wrong_types_raise():
@@ -254,7 +255,7 @@ def test_wrong_types_raise():
     with pytest.raises(TypeError, match="mask"):
         eff.tiled_attention(q, k, v, mask=torch.ones(8, 8))
     with pytest.raises(ValueError, match="num_global"):
-        eff.block_sparse_attention(q, k, v, block_size=2, num_global=9)
+        sparse.block_sparse_attention(q, k, v, block_size=2, num_global=9)
 
 
 @pytest.mark.parametrize(
@@ -263,8 +264,8 @@ def test_wrong_types_raise():
         eff.tiled_attention,
         eff.naive_attention,
         eff.linear_attention,
-        lambda q, k, v: eff.sliding_window_attention(q, k, v, window=2),
-        lambda q, k, v: eff.block_sparse_attention(q, k, v, block_size=2),
+        lambda q, k, v: sparse.sliding_window_attention(q, k, v, window=2),
+        lambda q, k, v: sparse.block_sparse_attention(q, k, v, block_size=2),
     ],
 )
 def test_mismatched_shapes_raise(fn):
@@ -282,7 +283,7 @@ def test_mismatched_shapes_raise(fn):
 def test_local_patterns_need_equal_lengths_and_masks_must_broadcast():
     q, k, v = _qkv((1,), 6, 8, 4, 4, seed=0)
     with pytest.raises(ValueError, match="same length N"):
-        eff.sliding_window_attention(q, k, v, window=2)
+        sparse.sliding_window_attention(q, k, v, window=2)
     with pytest.raises(ValueError, match="same length N"):
         eff.linear_attention(q, k, v, is_causal=True)
     with pytest.raises(ValueError, match=r"does not broadcast.*\(1, 6, 8\)"):

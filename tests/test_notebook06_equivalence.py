@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils import training
 from course_utils import transformer as lib
+from course_utils import transformer_seq2seq as s2s
 from course_utils.attention import MultiHeadAttention, causal_mask
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
@@ -134,21 +136,23 @@ def test_label_smoothed_loss_equals_library_and_torch(nb, smoothing):
         logits.reshape(-1, 9), targets.reshape(-1), ignore_index=0, label_smoothing=smoothing
     )
     assert torch.isclose(got, expected, atol=1e-6)
-    assert torch.isclose(got, lib.label_smoothed_loss(logits, targets, 0, smoothing), atol=1e-6)
+    assert torch.isclose(
+        got, training.label_smoothed_loss(logits, targets, 0, smoothing), atol=1e-6
+    )
 
 
 def test_noam_rate_equals_library(nb):
     for step in (1, 10, 99, 100, 101, 4000, 12345):
         for d, w, f in ((512, 4000, 1.0), (64, 100, 2.0)):
-            assert math.isclose(nb["noam_rate"](step, d, w, f), lib.noam_rate(step, d, w, f))
+            assert math.isclose(nb["noam_rate"](step, d, w, f), training.noam_rate(step, d, w, f))
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 0.6])
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 def test_beam_search_equals_library(nb, beam_size, length_penalty):
     torch.manual_seed(4)
-    config = lib.TransformerConfig(8, 8, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
-    model = lib.TransformerSeq2Seq(config).eval()
+    config = s2s.TransformerConfig(8, 8, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
+    model = s2s.TransformerSeq2Seq(config).eval()
     with torch.no_grad():  # make <eos> likely enough that hypotheses finish at various lengths
         model.out.weight[model.eos_id] *= 3
     g = _gen(5)

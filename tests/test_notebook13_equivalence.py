@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from course_utils import checks
 from course_utils import efficient as lib
+from course_utils import sparse_attention as sparse
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -89,11 +90,11 @@ def test_linear_attention_equals_library(nb, N, is_causal):
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_masks_equal_library(nb, N, window, is_causal):
     got = nb["sliding_window_mask"](N, window, is_causal)
-    assert torch.equal(got, lib.sliding_window_mask(N, window, is_causal))
+    assert torch.equal(got, sparse.sliding_window_mask(N, window, is_causal))
     for num_global in (0, 1, 3):
         if num_global <= N:
             got = nb["block_sparse_mask"](N, window, num_global, is_causal)
-            expected = lib.block_sparse_mask(N, window, num_global, is_causal)
+            expected = sparse.block_sparse_mask(N, window, num_global, is_causal)
             assert torch.equal(got, expected)
 
 
@@ -119,5 +120,5 @@ def test_check_dilated_window_mask_accepts_the_solution_and_rejects_no_dilation(
 
     checks.check_dilated_window_mask(solution)
     with pytest.raises(AssertionError):
-        checks.check_dilated_window_mask(lambda N, w, d: lib.sliding_window_mask(N, w))
+        checks.check_dilated_window_mask(lambda N, w, d: sparse.sliding_window_mask(N, w))
     assert "FAILED" in capsys.readouterr().out

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils import checks
+from course_utils import attention, checks, training
 from course_utils import transformer as tf
+from course_utils import transformer_seq2seq as s2s
 from course_utils.attention import causal_mask
 from course_utils.data import batches, letter_vocab, make_split
 from course_utils.training import count_parameters
@@ -150,13 +151,13 @@ def test_gradients_reach_every_parameter(norm_first):
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
-    config = tf.TransformerConfig(12, 9, d_model=16, num_heads=2, norm_first=norm_first)
-    seq = tf.TransformerSeq2Seq(config)
+    config = s2s.TransformerConfig(12, 9, d_model=16, num_heads=2, norm_first=norm_first)
+    seq = s2s.TransformerSeq2Seq(config)
     src_ids = torch.randint(3, 12, (3, 6), generator=g)
     tgt_in = torch.randint(3, 9, (3, 5), generator=g)
     tgt_in[:, 0] = 1
     logits = seq(src_ids, torch.tensor([6, 6, 6]), tgt_in)
-    tf.label_smoothed_loss(logits, torch.randint(3, 9, (3, 5), generator=g), 0).backward()
+    training.label_smoothed_loss(logits, torch.randint(3, 9, (3, 5), generator=g), 0).backward()
     for name, p in seq.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
@@ -185,24 +186,24 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="batch_first"):
         tf.Transformer.from_torch(nn.Transformer(8, 2, 1, 1, 16))
     with pytest.raises(ValueError, match="-inf"):
-        tf.mask_from_torch(torch.tensor([[0.0, -1.0]]))
+        attention.mask_from_torch(torch.tensor([[0.0, -1.0]]))
     with pytest.raises(ValueError, match="share_embeddings"):
-        tf.TransformerSeq2Seq(tf.TransformerConfig(10, 12, share_embeddings=True))
-    seq = tf.TransformerSeq2Seq(tf.TransformerConfig(10, 10, d_model=8, num_heads=2))
+        s2s.TransformerSeq2Seq(s2s.TransformerConfig(10, 12, share_embeddings=True))
+    seq = s2s.TransformerSeq2Seq(s2s.TransformerConfig(10, 10, d_model=8, num_heads=2))
     with pytest.raises(ValueError, match="src_len"):
         seq(torch.tensor([[4, 5]]), torch.tensor([3]), torch.tensor([[1]]))
     with pytest.raises(ValueError, match="beam_size"):
         seq.beam_search(torch.tensor([[4, 5]]), torch.tensor([2]), 4, beam_size=0)
     with pytest.raises(ValueError, match="targets"):
-        tf.label_smoothed_loss(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), 0)
+        training.label_smoothed_loss(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), 0)
     with pytest.raises(ValueError, match="step"):
-        tf.noam_rate(0, 512, 4000)
+        training.noam_rate(0, 512, 4000)
 
 
 def test_mask_from_torch_inverts_boolean_and_reads_float_masks():
     causal = nn.Transformer.generate_square_subsequent_mask(5)
-    assert torch.equal(tf.mask_from_torch(causal), causal_mask(5))
-    assert torch.equal(tf.mask_from_torch(causal.isinf()), causal_mask(5))
+    assert torch.equal(attention.mask_from_torch(causal), causal_mask(5))
+    assert torch.equal(attention.mask_from_torch(causal.isinf()), causal_mask(5))
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
@@ -217,28 +218,28 @@ def test_label_smoothing_is_cross_entropy_against_the_smoothed_distribution(smoo
     per_token = -(q * logits.log_softmax(-1)).sum(-1)  # (B, T)
     real = targets != pad
     expected = per_token[real].mean()
-    got = tf.label_smoothed_loss(logits, targets, pad, smoothing)
+    got = training.label_smoothed_loss(logits, targets, pad, smoothing)
     assert torch.isclose(got, expected, atol=1e-6)
 
 
 def test_noam_rate_rises_linearly_then_falls_as_inverse_sqrt():
     d, w = 512, 4000
-    assert math.isclose(tf.noam_rate(100, d, w) / tf.noam_rate(50, d, w), 2.0)
-    assert math.isclose(tf.noam_rate(16000, d, w) / tf.noam_rate(4000, d, w), 0.5)
-    peak = max(range(1, 10000, 7), key=lambda s: tf.noam_rate(s, d, w))
+    assert math.isclose(training.noam_rate(100, d, w) / training.noam_rate(50, d, w), 2.0)
+    assert math.isclose(training.noam_rate(16000, d, w) / training.noam_rate(4000, d, w), 0.5)
+    peak = max(range(1, 10000, 7), key=lambda s: training.noam_rate(s, d, w))
     assert abs(peak - w) <= 7
-    assert math.isclose(tf.noam_rate(w, d, w), d**-0.5 * w**-0.5)
+    assert math.isclose(training.noam_rate(w, d, w), d**-0.5 * w**-0.5)
 
 
 def test_noam_optimizer_sets_the_rate_at_every_step():
     p = nn.Parameter(torch.zeros(3))
-    opt, _ = tf.noam_optimizer([p], d_model=64, warmup_steps=10, factor=2.0)
+    opt, _ = training.noam_optimizer([p], d_model=64, warmup_steps=10, factor=2.0)
     seen = []
     for step in range(1, 30):
         seen.append(opt.param_groups[0]["lr"])
         p.grad = torch.ones(3)
         opt.step()
-        assert math.isclose(seen[-1], tf.noam_rate(step, 64, 10, 2.0), rel_tol=1e-9)
+        assert math.isclose(seen[-1], training.noam_rate(step, 64, 10, 2.0), rel_tol=1e-9)
 
 
 # --------------------------------------------------------------------------------------
@@ -250,13 +251,13 @@ def trained():
     torch.manual_seed(0)
     vocab = letter_vocab(6)
     data = make_split("copy", "train", n=512, lengths=range(2, 6), vocab=vocab, seed=0)
-    config = tf.TransformerConfig(
+    config = s2s.TransformerConfig(
         len(vocab), len(vocab), d_model=32, num_heads=2, d_ff=64, num_encoder_layers=1,
         num_decoder_layers=1, dropout=0.0,
     )  # fmt: skip
-    model = tf.TransformerSeq2Seq(config)
+    model = s2s.TransformerSeq2Seq(config)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    loss_fn = tf.smoothed_seq2seq_loss(0.1)
+    loss_fn = training.smoothed_seq2seq_loss(0.1)
     for epoch in range(10):
         for batch in batches(data, 64, shuffle=True, seed=epoch):
             loss = loss_fn(model, batch)
@@ -284,7 +285,7 @@ def test_beam_size_one_equals_greedy(trained):
         assert torch.equal(beam, greedy)
     # and on an untrained model, whose outputs are long and random
     torch.manual_seed(1)
-    fresh = tf.TransformerSeq2Seq(tf.TransformerConfig(9, 9, d_model=16, num_heads=2)).eval()
+    fresh = s2s.TransformerSeq2Seq(s2s.TransformerConfig(9, 9, d_model=16, num_heads=2)).eval()
     assert torch.equal(
         fresh.beam_search(batch.src, batch.src_len, 7, beam_size=1),
         fresh.greedy_decode(batch.src, batch.src_len, 7),
@@ -316,7 +317,7 @@ def test_beam_search_against_exhaustive_search():
     """With a beam as wide as every sequence, beam search is exact: compare with brute force."""
     torch.manual_seed(2)
     V, L = 5, 3  # tokens 3, 4 and <eos>; outputs of at most 3 tokens
-    model = tf.TransformerSeq2Seq(tf.TransformerConfig(V, V, d_model=16, num_heads=2)).eval()
+    model = s2s.TransformerSeq2Seq(s2s.TransformerConfig(V, V, d_model=16, num_heads=2)).eval()
     src, src_len = torch.tensor([[3, 4, 4]]), torch.tensor([3])
     batch = SimpleNamespace(src=src, src_len=src_len)
     best, best_score = None, -math.inf
@@ -357,10 +358,10 @@ def test_seq2seq_model_works_with_the_course_metrics(trained):
 
 
 def test_embeddings_are_scaled_and_shared_when_asked():
-    config = tf.TransformerConfig(11, 11, d_model=16, num_heads=2, share_embeddings=True)
-    model = tf.TransformerSeq2Seq(config)
+    config = s2s.TransformerConfig(11, 11, d_model=16, num_heads=2, share_embeddings=True)
+    model = s2s.TransformerSeq2Seq(config)
     assert model.src_embed is model.tgt_embed and model.out.weight is model.src_embed.weight
-    separate = tf.TransformerSeq2Seq(tf.TransformerConfig(11, 13, d_model=16, num_heads=2))
+    separate = s2s.TransformerSeq2Seq(s2s.TransformerConfig(11, 13, d_model=16, num_heads=2))
     assert separate.out.weight is separate.tgt_embed.weight
     assert count_parameters(model) == count_parameters(separate) - 13 * 16
     # The encoder input is embedding * sqrt(d_model) + position (dropout off in eval mode)
@@ -417,7 +418,7 @@ def test_exercise_checkers_tell_right_from_wrong(checker, right, wrong, capsys):
 def test_a_seed_fixes_the_initial_weights(share_embeddings):
     # Built ten times from one seed, with other objects allocated in between (so the
     # modules land at other addresses), the model starts from the same weights every time.
-    config = tf.TransformerConfig(
+    config = s2s.TransformerConfig(
         12,
         12,
         d_model=16,
@@ -431,7 +432,7 @@ def test_a_seed_fixes_the_initial_weights(share_embeddings):
     for i in range(10):
         keep.append([object() for _ in range(i * 7)])
         torch.manual_seed(0)
-        state = tf.TransformerSeq2Seq(config).state_dict()
+        state = s2s.TransformerSeq2Seq(config).state_dict()
         if first is None:
             first = state
             continue
