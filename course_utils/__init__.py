@@ -9,8 +9,9 @@ positions), ``toy_models`` (small attention-only models whose heads can be read)
 sliding-window and block-sparse attention), ``translation`` (a synthetic language pair with
 gold word alignments, notebook 07), ``corpus`` (a loader for tab-separated sentence pairs),
 ``mt_metrics`` (BLEU through sacrebleu, alignment error rate), ``pretrained``
-(all-MiniLM-L6-v2 run by the course's own encoder, notebook 11), ``plotting``, ``widgets``,
-``checks`` (exercise checkers) and ``student`` (notebooks without solutions).
+(all-MiniLM-L6-v2 run by the course's own encoder, notebook 11), ``interpret`` (head scores
+and attention rollout), ``plotting``, ``widgets``, ``checks`` (exercise checkers) and
+``student`` (notebooks without solutions).
 """
 
 __version__ = "0.1.0"

