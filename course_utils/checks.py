@@ -333,7 +333,7 @@ def check_multi_head_self_attention(fn: Callable) -> None:
 
 def check_previous_token_score(fn: Callable) -> None:
     """Check a learner's ``previous_token_score(weights (B, H, L, L))`` -> ``(H,)``."""
-    from .toy_models import head_pattern_scores
+    from .interpret import head_pattern_scores
 
     g = _seeded(42)
     eye = torch.eye(6)

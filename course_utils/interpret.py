@@ -1,14 +1,18 @@
 """Reading attention weights: what each head looks at, and attention rollout across layers.
 
-Every function takes attention weights as a model returns them, one ``(B, H, L, L)`` tensor
-per layer (row ``i`` of a head's matrix: how query ``i`` spreads its attention over the
-keys), and returns a number per layer and head, or a mixing matrix per sentence. They need
-no model, so they work for any attention in the course; notebook 11 applies them to
-all-MiniLM-L6-v2 (:mod:`course_utils.pretrained`).
+Every function takes attention weights as a model returns them, ``(B, H, L, L)`` per layer
+(row ``i`` of a head's matrix: how query ``i`` spreads its attention over the keys), and
+returns numbers per head, or a mixing matrix per sentence. They need no model, so they work
+for any attention in the course: notebook 04 reads its toy model's heads, notebook 11
+all-MiniLM-L6-v2's (:mod:`course_utils.pretrained`).
 
 - head scores: :func:`offset_scores` (previous or next token), :func:`attention_to_scores`
   (a chosen set of keys, e.g. [CLS]), :func:`pair_scores` (chosen query-key pairs);
-- :func:`attention_rollout` (Abnar & Zuidema, 2020): attention multiplied through the layers.
+- :func:`attention_rollout` (Abnar & Zuidema, 2020): attention multiplied through the layers;
+- :func:`head_pattern_scores`: one layer's heads scored for previous token, first token and
+  self, as notebook 04 reads its toy model. Its "previous" is not ``offset_scores(...,
+  offset=-1)``: it leaves out query 1 (whose previous token is also the first) and has no
+  padding mask, so the two give different numbers on the same weights.
 
 Shape legend: ``N`` layers, ``B`` batch, ``H`` heads, ``L`` tokens.
 """
@@ -143,3 +147,36 @@ def attention_rollout(attentions, residual: float = 0.5) -> torch.Tensor:
         mixed = residual * eye + (1.0 - residual) * layer  # (B, L, L)
         rollout = mixed @ rollout  # (B, L, L) @ (B, L, L): this layer on top of those below
     return rollout
+
+
+def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
+    """How much each head looks at the previous token, the first token, and itself.
+
+    ``weights (B, H, L, L)`` -> ``{"previous": (H,), "first": (H,), "self": (H,)}``: the
+    mean weight a query at position ``t`` puts on key ``t - 1``, on key ``0`` and on key
+    ``t``, over the batch and over ``t = 2 .. L-1`` (at ``t = 1`` the previous token *is*
+    the first, so those queries would count for both).
+
+    >>> w = torch.zeros(1, 2, 4, 4)
+    >>> t = torch.arange(4)
+    >>> w[0, 0, t, (t - 1).clamp(min=0)] = 1.0  # head 0 looks one back
+    >>> w[0, 1, :, 0] = 1.0  # head 1 looks at the start
+    >>> {k: v.tolist() for k, v in head_pattern_scores(w).items()}
+    {'previous': [1.0, 0.0], 'first': [0.0, 1.0], 'self': [0.0, 0.0]}
+    """
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
+        shape = (
+            tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        )
+        raise ValueError(f"weights must be (B, H, L, L), got {shape}")
+    L = weights.shape[-1]
+    if weights.shape[-2] != L or L < 3:
+        raise ValueError(
+            f"weights must be square (B, H, L, L) with L >= 3, got {tuple(weights.shape)}"
+        )
+    t = torch.arange(2, L, device=weights.device)
+    return {
+        "previous": weights[:, :, t, t - 1].mean(dim=(0, 2)),
+        "first": weights[:, :, t, 0].mean(dim=(0, 2)),
+        "self": weights[:, :, t, t].mean(dim=(0, 2)),
+    }

@@ -148,39 +148,6 @@ def first_and_previous_batch(
     return ids, targets
 
 
-def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
-    """How much each head looks at the previous token, the first token, and itself.
-
-    ``weights (B, H, L, L)`` -> ``{"previous": (H,), "first": (H,), "self": (H,)}``: the
-    mean weight a query at position ``t`` puts on key ``t - 1``, on key ``0`` and on key
-    ``t``, over the batch and over ``t = 2 .. L-1`` (at ``t = 1`` the previous token *is*
-    the first, so those queries would count for both).
-
-    >>> w = torch.zeros(1, 2, 4, 4)
-    >>> t = torch.arange(4)
-    >>> w[0, 0, t, (t - 1).clamp(min=0)] = 1.0  # head 0 looks one back
-    >>> w[0, 1, :, 0] = 1.0  # head 1 looks at the start
-    >>> {k: v.tolist() for k, v in head_pattern_scores(w).items()}
-    {'previous': [1.0, 0.0], 'first': [0.0, 1.0], 'self': [0.0, 0.0]}
-    """
-    if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
-        shape = (
-            tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
-        )
-        raise ValueError(f"weights must be (B, H, L, L), got {shape}")
-    L = weights.shape[-1]
-    if weights.shape[-2] != L or L < 3:
-        raise ValueError(
-            f"weights must be square (B, H, L, L) with L >= 3, got {tuple(weights.shape)}"
-        )
-    t = torch.arange(2, L, device=weights.device)
-    return {
-        "previous": weights[:, :, t, t - 1].mean(dim=(0, 2)),
-        "first": weights[:, :, t, 0].mean(dim=(0, 2)),
-        "self": weights[:, :, t, t].mean(dim=(0, 2)),
-    }
-
-
 @dataclass
 class ToyBatch:
     """Ids ``(B, L)`` and targets ``(B, L, 2)`` (first, previous), as one movable batch."""

@@ -86,3 +86,25 @@ def test_score_functions_reject_bad_input():
         interpret.attention_rollout(A, residual=1.5)
     with pytest.raises(ValueError, match=r"\(B, H, L, L\)"):
         interpret.attention_rollout([torch.rand(1, 2, 4, 4), torch.rand(1, 2, 3, 3)])
+
+
+# --- head_pattern_scores (notebook 04) ---
+def test_head_pattern_scores_by_loop():
+    w = torch.softmax(torch.randn(3, 2, 6, 6, generator=torch.Generator().manual_seed(3)), -1)
+    scores = interpret.head_pattern_scores(w)
+    for h in range(2):
+        prev = sum(w[b, h, t, t - 1] for b in range(3) for t in range(2, 6)) / 12
+        first = sum(w[b, h, t, 0] for b in range(3) for t in range(2, 6)) / 12
+        own = sum(w[b, h, t, t] for b in range(3) for t in range(2, 6)) / 12
+        assert scores["previous"][h] == pytest.approx(prev.item(), abs=1e-6)
+        assert scores["first"][h] == pytest.approx(first.item(), abs=1e-6)
+        assert scores["self"][h] == pytest.approx(own.item(), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [(torch.ones(2, 3, 3), r"\(B, H, L, L\)"), (torch.ones(1, 1, 3, 4), "square")],
+)
+def test_head_pattern_scores_rejects_bad_weights(weights, match):
+    with pytest.raises(ValueError, match=match):
+        interpret.head_pattern_scores(weights)

@@ -68,18 +68,6 @@ def test_without_positions_the_bidirectional_model_is_permutation_equivariant():
         assert (err < 1e-5) == equivariant, (positions, err)
 
 
-def test_head_pattern_scores_by_loop():
-    w = torch.softmax(torch.randn(3, 2, 6, 6, generator=torch.Generator().manual_seed(3)), -1)
-    scores = toy_models.head_pattern_scores(w)
-    for h in range(2):
-        prev = sum(w[b, h, t, t - 1] for b in range(3) for t in range(2, 6)) / 12
-        first = sum(w[b, h, t, 0] for b in range(3) for t in range(2, 6)) / 12
-        own = sum(w[b, h, t, t] for b in range(3) for t in range(2, 6)) / 12
-        assert scores["previous"][h] == pytest.approx(prev.item(), abs=1e-6)
-        assert scores["first"][h] == pytest.approx(first.item(), abs=1e-6)
-        assert scores["self"][h] == pytest.approx(own.item(), abs=1e-6)
-
-
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
@@ -90,12 +78,6 @@ def test_head_pattern_scores_by_loop():
         (lambda: AttentionOnlyTransformer(ToyConfig())(torch.zeros(2, 5)), ValueError, "integer"),
         (lambda: AttentionOnlyTransformer(ToyConfig())(_ids(1, 13)), ValueError, "max_len=12"),
         (lambda: toy_models.first_and_previous_batch(2, 1, 10), ValueError, "at least 2"),
-        (
-            lambda: toy_models.head_pattern_scores(torch.ones(2, 3, 3)),
-            ValueError,
-            r"\(B, H, L, L\)",
-        ),
-        (lambda: toy_models.head_pattern_scores(torch.ones(1, 1, 3, 4)), ValueError, "square"),
     ],
 )
 def test_bad_input_raises_clear_errors(call, error, match):
