@@ -8,7 +8,8 @@ import pytest
 
 import course_utils
 
-MODULES = [m.name for m in pkgutil.iter_modules(course_utils.__path__, "course_utils.")]
+# walk_packages also lists the modules of subpackages (course_utils.exercises.*).
+MODULES = [m.name for m in pkgutil.walk_packages(course_utils.__path__, "course_utils.")]
 
 
 @pytest.mark.parametrize("name", MODULES)
