@@ -10,8 +10,8 @@ sliding-window and block-sparse attention), ``translation`` (a synthetic languag
 gold word alignments, notebook 07), ``corpus`` (a loader for tab-separated sentence pairs),
 ``mt_metrics`` (BLEU through sacrebleu, alignment error rate), ``pretrained``
 (all-MiniLM-L6-v2 run by the course's own encoder, notebook 11), ``interpret`` (head scores
-and attention rollout), ``plotting``, ``widgets``, ``checks`` (exercise checkers) and
-``student`` (notebooks without solutions).
+and attention rollout), ``plotting``, ``widgets``, ``exercises`` (exercise checkers, one module
+per notebook) and ``student`` (notebooks without solutions).
 """
 
 __version__ = "0.1.0"

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import checks, seq2seq
+from course_utils import seq2seq
 from course_utils.bahdanau import (
     AttentionDecoder,
     AttentionSeq2Seq,
@@ -13,6 +13,7 @@ from course_utils.bahdanau import (
     lengths_to_mask,
 )
 from course_utils.data import letter_vocab, make_batch, make_split
+from course_utils.exercises import nb03
 from course_utils.seq2seq import accuracy_by_length, exact_match, seq2seq_loss
 
 VOCAB = letter_vocab(10)
@@ -352,12 +353,12 @@ def _alignment(weights, gold):
     "checker, right, wrong",
     [
         (
-            checks.check_attention_read,
+            nb03.check_attention_read,
             _read,
             lambda *args: _read(*args, mask_padding=False),  # attends to the padding
         ),
         (
-            checks.check_alignment_accuracy,
+            nb03.check_alignment_accuracy,
             _alignment,
             lambda w, gold: (w.argmax(-1) == gold).float().mean().item(),  # counts -1 steps
         ),

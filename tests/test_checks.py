@@ -3,12 +3,13 @@
 import pytest
 import torch
 
-from course_utils import attention, checks, seq2seq
+from course_utils import attention, exercises, seq2seq
+from course_utils.exercises import nb01, nb02
 
 
 def test_reference_solutions_pass(capsys):
-    checks.check_masked_softmax(attention.masked_softmax)
-    checks.check_scaled_dot_product_attention(attention.scaled_dot_product_attention)
+    nb02.check_masked_softmax(attention.masked_softmax)
+    nb02.check_scaled_dot_product_attention(attention.scaled_dot_product_attention)
     assert "all 3 cases passed" in capsys.readouterr().out
 
 
@@ -17,7 +18,7 @@ def test_naive_masked_softmax_fails_with_a_hint(capsys):
         return torch.softmax(scores.masked_fill(~mask, float("-inf")), -1)
 
     with pytest.raises(AssertionError, match="masked_softmax"):
-        checks.check_masked_softmax(nan_on_empty_rows)
+        nb02.check_masked_softmax(nan_on_empty_rows)
     out = capsys.readouterr().out
     assert "NaN" in out and "Hint:" in out
 
@@ -28,7 +29,7 @@ def test_unscaled_attention_fails_on_values(capsys):
         return w @ v, w
 
     with pytest.raises(AssertionError):
-        checks.check_scaled_dot_product_attention(unscaled)
+        nb02.check_scaled_dot_product_attention(unscaled)
     assert "values differ" in capsys.readouterr().out
 
 
@@ -38,7 +39,7 @@ def test_shape_is_checked_before_values(capsys):
         return out, w.transpose(-2, -1)
 
     with pytest.raises(AssertionError):
-        checks.check_scaled_dot_product_attention(transposed)
+        nb02.check_scaled_dot_product_attention(transposed)
     assert "shape: expected (2, 4, 6), got (2, 6, 4)" in capsys.readouterr().out
 
 
@@ -47,10 +48,10 @@ def test_unfinished_and_crashing_exercises_are_reported(capsys):
         raise NotImplementedError
 
     with pytest.raises(AssertionError):
-        checks.check_masked_softmax(unfinished)
+        nb02.check_masked_softmax(unfinished)
     assert "not implemented yet" in capsys.readouterr().out
     with pytest.raises(AssertionError):
-        checks.check_function(lambda x: x.foo, lambda x: x, [(torch.ones(1),)], name="demo")
+        exercises.check_function(lambda x: x.foo, lambda x: x, [(torch.ones(1),)], name="demo")
     assert "raised AttributeError" in capsys.readouterr().out
 
 
@@ -74,22 +75,22 @@ def _nadaraya_watson(x_query, x_train, y_train, bandwidth):
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
     (
-        checks.check_gru_cell_step,
+        nb01.check_gru_cell_step,
         _gru_step,
         lambda x, h, W_ih, W_hh, b_ih, b_hh: _gru_step(x, h, W_ih, W_hh, b_ih, b_hh).flip(-1),
     ),
     (
-        checks.check_exact_match,
+        nb01.check_exact_match,
         seq2seq.exact_match,
         lambda p, t, eos, pad: (p[:, : t.shape[1]] == t[:, : p.shape[1]]).all(1),  # ignores <eos>
     ),
     (
-        checks.check_additive_score,
+        nb02.check_additive_score,
         _additive,
         lambda q, k, W_q, W_k, v: (q @ W_q.T) @ (k @ W_k.T).transpose(-2, -1),
     ),
     (
-        checks.check_nadaraya_watson,
+        nb02.check_nadaraya_watson,
         _nadaraya_watson,
         lambda xq, xt, yt, h: _nadaraya_watson(xq, xt, yt, 1.0),  # ignores the bandwidth
     ),

@@ -6,7 +6,8 @@ import pytest
 import sacrebleu
 import torch
 
-from course_utils import checks, mt_metrics
+from course_utils import mt_metrics
+from course_utils.exercises import nb07
 from course_utils.mt_metrics import (
     alignment_error_rate,
     attention_to_alignment,
@@ -148,16 +149,16 @@ def test_exercise_references_match_sacrebleu_statistics(seed):
     stats = sacrebleu.corpus_bleu(hyps, [refs])
     h, r = hyps[0].split(), refs[0].split()
     for n in range(1, 5):
-        assert checks._modified_precision_reference(h, r, n) == (
+        assert nb07._modified_precision_reference(h, r, n) == (
             stats.counts[n - 1],
             stats.totals[n - 1],
         )
-    assert checks._brevity_penalty_reference(len(h), len(r)) == pytest.approx(stats.bp)
+    assert nb07._brevity_penalty_reference(len(h), len(r)) == pytest.approx(stats.bp)
 
 
 def test_exercise_checkers_accept_the_references_and_reject_a_wrong_answer(capsys):
-    checks.check_modified_precision(checks._modified_precision_reference)
-    checks.check_brevity_penalty(checks._brevity_penalty_reference)
+    nb07.check_modified_precision(nb07._modified_precision_reference)
+    nb07.check_brevity_penalty(nb07._brevity_penalty_reference)
 
     def unclipped(hyp, ref, n):
         grams = [tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1)]
@@ -165,7 +166,7 @@ def test_exercise_checkers_accept_the_references_and_reject_a_wrong_answer(capsy
         return sum(g in refs for g in grams), len(grams)
 
     with pytest.raises(AssertionError):
-        checks.check_modified_precision(unclipped)
+        nb07.check_modified_precision(unclipped)
     assert "FAILED" in capsys.readouterr().out
     with pytest.raises(AssertionError):
-        checks.check_brevity_penalty(lambda c, r: min(1.0, c / r))
+        nb07.check_brevity_penalty(lambda c, r: min(1.0, c / r))

@@ -171,15 +171,15 @@ def _mha_by_loop(nb):
 
 
 def test_exercise_checkers_tell_right_from_wrong(nb, capsys):
-    from course_utils import checks
+    from course_utils.exercises import nb04
 
-    checks.check_split_heads(_split_heads_by_chunks)
+    nb04.check_split_heads(_split_heads_by_chunks)
     with pytest.raises(AssertionError):  # the right shape, but positions mixed into heads
-        checks.check_split_heads(lambda x, H: x.reshape(x.shape[0], H, x.shape[1], -1))
+        nb04.check_split_heads(lambda x, H: x.reshape(x.shape[0], H, x.shape[1], -1))
 
-    checks.check_multi_head_self_attention(_mha_by_loop(nb))
+    nb04.check_multi_head_self_attention(_mha_by_loop(nb))
     with pytest.raises(AssertionError):  # scores divided by sqrt(E) instead of sqrt(E / H)
-        checks.check_multi_head_self_attention(
+        nb04.check_multi_head_self_attention(
             lambda x, Wq, Wk, Wv, Wo, H, mask=None: nb["multi_head_attention_loop"](
                 x, Wq / math.sqrt(H), Wk, Wv, Wo, H, mask
             )
@@ -188,9 +188,9 @@ def test_exercise_checkers_tell_right_from_wrong(nb, capsys):
     def previous(w):
         return torch.diagonal(w, offset=-1, dim1=-2, dim2=-1)[..., 1:].mean(dim=(0, 2))
 
-    checks.check_previous_token_score(previous)
+    nb04.check_previous_token_score(previous)
     with pytest.raises(AssertionError):  # includes t = 1, whose previous token is the first
-        checks.check_previous_token_score(
+        nb04.check_previous_token_score(
             lambda w: torch.diagonal(w, offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
         )
     assert "FAILED" in capsys.readouterr().out

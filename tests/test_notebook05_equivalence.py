@@ -77,15 +77,15 @@ def test_apply_rotary_equals_library_and_complex_rotation(nb, shape, positions):
 
 
 def test_exercise_checkers_tell_right_from_wrong(nb, capsys):
-    from course_utils import checks
+    from course_utils.exercises import nb05
 
-    checks.check_sinusoidal_encoding(nb["sinusoidal_encoding"])
+    nb05.check_sinusoidal_encoding(nb["sinusoidal_encoding"])
     with pytest.raises(AssertionError):  # sin and cos swapped
-        checks.check_sinusoidal_encoding(lambda n, d: nb["sinusoidal_encoding"](n, d).flip(-1))
-    checks.check_offset_rotation(nb["offset_rotation"])
+        nb05.check_sinusoidal_encoding(lambda n, d: nb["sinusoidal_encoding"](n, d).flip(-1))
+    nb05.check_offset_rotation(nb["offset_rotation"])
     with pytest.raises(AssertionError):  # the inverse rotation: shifts by -k
-        checks.check_offset_rotation(lambda k, d: nb["offset_rotation"](k, d).T)
-    checks.check_apply_rotary(nb["apply_rotary"])
+        nb05.check_offset_rotation(lambda k, d: nb["offset_rotation"](k, d).T)
+    nb05.check_apply_rotary(nb["apply_rotary"])
     with pytest.raises(AssertionError):  # ignores the positions it was given
-        checks.check_apply_rotary(lambda x, positions: nb["apply_rotary"](x))
+        nb05.check_apply_rotary(lambda x, positions: nb["apply_rotary"](x))
     assert "FAILED" in capsys.readouterr().out

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import checks
 from course_utils import efficient as lib
 from course_utils import sparse_attention as sparse
+from course_utils.exercises import nb13
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -107,9 +107,9 @@ def test_check_online_softmax_accepts_a_one_pass_softmax_and_rejects_a_naive_one
             m = m_new
         return torch.exp(scores - m) / total
 
-    checks.check_online_softmax(one_pass)
+    nb13.check_online_softmax(one_pass)
     with pytest.raises(AssertionError):
-        checks.check_online_softmax(lambda s: torch.exp(s) / torch.exp(s).sum())  # overflows
+        nb13.check_online_softmax(lambda s: torch.exp(s) / torch.exp(s).sum())  # overflows
     assert "NaN" in capsys.readouterr().out
 
 
@@ -118,7 +118,7 @@ def test_check_dilated_window_mask_accepts_the_solution_and_rejects_no_dilation(
         offset = torch.arange(N)[:, None] - torch.arange(N)[None, :]
         return (offset.abs() < window * dilation) & (offset % dilation == 0)
 
-    checks.check_dilated_window_mask(solution)
+    nb13.check_dilated_window_mask(solution)
     with pytest.raises(AssertionError):
-        checks.check_dilated_window_mask(lambda N, w, d: sparse.sliding_window_mask(N, w))
+        nb13.check_dilated_window_mask(lambda N, w, d: sparse.sliding_window_mask(N, w))
     assert "FAILED" in capsys.readouterr().out

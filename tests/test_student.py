@@ -19,7 +19,8 @@ def masked_softmax(scores, mask):
     # END SOLUTION
 '''
 CHECK = (
-    "from course_utils.checks import check_masked_softmax\n\ncheck_masked_softmax(masked_softmax)\n"
+    "from course_utils.exercises.nb02 import check_masked_softmax\n\n"
+    "check_masked_softmax(masked_softmax)\n"
 )
 
 

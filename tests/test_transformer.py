@@ -11,11 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils import attention, checks, training
+from course_utils import attention, training
 from course_utils import transformer as tf
 from course_utils import transformer_seq2seq as s2s
 from course_utils.attention import causal_mask
 from course_utils.data import batches, letter_vocab, make_split
+from course_utils.exercises import nb06
 from course_utils.training import count_parameters
 
 # PyTorch notes when its inference fast path is off (pre-norm, odd head counts, no bias) and
@@ -393,14 +394,14 @@ def _noam(step, d_model, warmup, factor):
 @pytest.mark.parametrize(
     ("checker", "right", "wrong"),
     [
-        (checks.check_feed_forward, _ff, lambda x, W1, b1, W2, b2: x @ W1.T @ W2.T + b2),
+        (nb06.check_feed_forward, _ff, lambda x, W1, b1, W2, b2: x @ W1.T @ W2.T + b2),
         (  # pads counted in the mean
-            checks.check_label_smoothing_loss,
+            nb06.check_label_smoothing_loss,
             _smoothed,
             lambda lo, t, p, s: F.cross_entropy(lo.reshape(-1, lo.shape[-1]), t.reshape(-1)),
         ),
         (  # no warm-up: the decay alone
-            checks.check_noam_rate,
+            nb06.check_noam_rate,
             _noam,
             lambda step, d, w, f: f * d**-0.5 * step**-0.5,
         ),

@@ -1,0 +1,104 @@
+"""The exercise-checking harness: run a learner's function against the reference on seeded inputs.
+
+Each check compares shape first, then values, and prints expected against got with a hint,
+so a wrong answer teaches something. A failed check raises ``AssertionError`` at the end, so
+the notebook cell that ran it fails visibly.
+
+The checkers themselves live in one module per notebook, named after it: ``nb01`` (GRU step,
+exact match), ``nb02`` (masked softmax, scaled dot-product attention, additive score,
+Nadaraya-Watson), ``nb03`` (attention read, alignment accuracy), ``nb04`` (split heads,
+multi-head self-attention, previous-token score), ``nb05`` (sinusoidal encoding, offset
+rotation, rotary positions), ``nb06`` (feed-forward block, label smoothing, Noam rate),
+``nb07`` (BLEU's modified precision and brevity penalty), ``nb11`` (attention entropy, top-k
+search) and ``nb13`` (online softmax, dilated window mask). ``student`` writes the copies of
+the notebooks without solutions.
+
+>>> check_function(abs, lambda x: x if x >= 0 else -x, [(-2,), (3,)], name="abs")
+[abs] case 1: ok
+[abs] case 2: ok
+abs: all 2 cases passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype}"
+    return f"{type(x).__name__} {x!r}"[:200]
+
+
+def _compare(expected, got, atol: float) -> str | None:
+    """None when ``got`` matches ``expected``, else a message saying how it differs."""
+    if isinstance(expected, tuple):
+        if not isinstance(got, tuple) or len(got) != len(expected):
+            return f"expected a tuple of {len(expected)} values, got {_describe(got)}"
+        for i, (e, g) in enumerate(zip(expected, got, strict=True)):
+            problem = _compare(e, g, atol)
+            if problem:
+                return f"item {i}: {problem}"
+        return None
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"expected a tensor of shape {tuple(expected.shape)}, got {_describe(got)}"
+        if got.shape != expected.shape:
+            return f"shape: expected {tuple(expected.shape)}, got {tuple(got.shape)}"
+        if torch.isnan(got).any() and not torch.isnan(expected).any():
+            return f"got NaN values:\n  got      {got}"
+        if not torch.allclose(got.double(), expected.double(), atol=atol, rtol=1e-4):
+            err = (got.double() - expected.double()).abs().max().item()
+            return (
+                f"values differ (max abs error {err:.3g}):\n  expected {expected}\n  got      {got}"
+            )
+        return None
+    return None if got == expected else f"expected {expected!r}, got {got!r}"
+
+
+def check_function(
+    learner_fn: Callable,
+    reference_fn: Callable,
+    cases: Sequence[tuple],
+    name: str,
+    hint: str = "",
+    atol: float = 1e-5,
+) -> None:
+    """Call both functions on every case (a tuple of arguments) and compare the results.
+
+    Prints one line per case, expected against got on a mismatch, and the hint; raises
+    ``AssertionError`` when any case failed. Returns nothing, so a notebook cell that ends
+    with a check shows only what the check printed.
+    """
+    failures = 0
+    for i, args in enumerate(cases, start=1):
+        expected = reference_fn(*args)
+        try:
+            got = learner_fn(*args)
+        except NotImplementedError:
+            print(f"[{name}] case {i}: not implemented yet.")
+            failures += 1
+            continue
+        except Exception as exc:  # the learner's bug, shown as a message, not a traceback
+            print(f"[{name}] case {i}: raised {type(exc).__name__}: {exc}")
+            failures += 1
+            continue
+        problem = _compare(expected, got, atol)
+        if problem:
+            arg_text = ", ".join(_describe(a) for a in args)
+            print(f"[{name}] case {i} FAILED on inputs ({arg_text}):\n  {problem}")
+            failures += 1
+        else:
+            print(f"[{name}] case {i}: ok")
+    if failures:
+        if hint:
+            print(f"Hint: {hint}")
+        raise AssertionError(f"{name}: {failures} of {len(cases)} cases failed")
+    print(f"{name}: all {len(cases)} cases passed.")
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A fresh CPU generator seeded with ``seed``: each checker draws its inputs from one."""
+    return torch.Generator().manual_seed(seed)

@@ -1,0 +1,91 @@
+"""Checkers for the exercises of notebook 03 (Bahdanau attention).
+
+``check_attention_read`` compares one additive-attention read, ``(context, weights)`` with
+padding weighted exactly 0, with ``bahdanau.attend`` around an ``attention.AdditiveScore``
+holding the given matrices; ``check_alignment_accuracy`` compares the share of counted steps
+whose most-attended source position is the gold one with ``bahdanau.alignment_accuracy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from course_utils import attention, bahdanau
+from course_utils.exercises import check_function, seeded
+
+
+def _attention_read_reference(query, enc_states, src_mask, W_q, W_k, v):
+    """``bahdanau.attend`` with an ``AdditiveScore`` holding ``W_q (A, H)``, ``W_k (A, K)``, ``v (A,)``."""
+    A, H = W_q.shape
+    score = attention.AdditiveScore(query_dim=H, key_dim=W_k.shape[1], hidden_dim=A)
+    with torch.no_grad():
+        score.w_q.weight.copy_(W_q)
+        score.w_k.weight.copy_(W_k)
+        score.v.weight.copy_(v.unsqueeze(0))
+        return bahdanau.attend(query, enc_states, src_mask, score)
+
+
+def check_attention_read(fn: Callable) -> None:
+    """Check ``attention_read(query, enc_states, src_mask, W_q, W_k, v)`` -> ``(context, weights)``.
+
+    ``query (B, H)``, ``enc_states (B, S, K)``, ``src_mask (B, S)`` boolean (True = real
+    token), ``W_q (A, H)``, ``W_k (A, K)``, ``v (A,)``; ``context (B, K)``, ``weights (B, S)``.
+    """
+    g = seeded(30)
+
+    def case(B, S, H, K, A, lengths):
+        src_mask = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]  # (B, S)
+        return (
+            torch.randn(B, H, generator=g),
+            torch.randn(B, S, K, generator=g),
+            src_mask,
+            torch.randn(A, H, generator=g),
+            torch.randn(A, K, generator=g),
+            torch.randn(A, generator=g),
+        )
+
+    cases = [
+        case(1, 4, 3, 3, 5, [4]),  # no padding
+        case(3, 6, 4, 5, 7, [6, 2, 4]),  # padding, and query and key sizes differ
+        case(2, 5, 3, 3, 4, [1, 5]),  # an input of one token gets all the weight
+    ]
+    check_function(
+        fn,
+        _attention_read_reference,
+        cases,
+        name="attention_read",
+        hint="scores = tanh(query @ W_q.T, unsqueezed to (B, 1, A), + enc_states @ W_k.T) @ v "
+        "has shape (B, S); fill the padded scores with a very negative number, softmax over S, "
+        "set the padded weights to exactly 0; context = weights (B, 1, S) @ enc_states.",
+    )
+
+
+def check_alignment_accuracy(fn: Callable) -> None:
+    """Check ``alignment_acc(weights (B, T, S), gold (B, T))`` -> a float in [0, 1]."""
+    g = seeded(31)
+    hand = torch.tensor([[[0.1, 0.9], [0.8, 0.2], [0.5, 0.5]]])  # (1, 3, 2)
+    random_weights = torch.softmax(torch.randn(3, 6, 5, generator=g), dim=-1)
+    random_gold = torch.randint(0, 5, (3, 6), generator=g)
+    random_gold[:, -2:] = -1  # the last two steps of every row do not count
+    mirrored = torch.softmax(3 * torch.randn(2, 5, 4, generator=g), dim=-1)
+    mirrored_gold = torch.tensor([[3, 2, 1, 0, -1], [1, 0, -1, -1, -1]])  # lengths 4 and 2
+    cases = [
+        (hand, torch.tensor([[1, 1, -1]])),
+        (random_weights, random_gold),
+        (mirrored, mirrored_gold),
+    ]
+
+    def as_tensor(f):
+        return lambda w, gold: torch.as_tensor(f(w, gold), dtype=torch.float64)
+
+    check_function(
+        as_tensor(fn),
+        as_tensor(bahdanau.alignment_accuracy),
+        cases,
+        name="alignment_accuracy",
+        hint="weights.argmax(dim=-1) is the most-attended position per step, (B, T); compare it "
+        "with gold, keep only the steps where gold >= 0, and divide the hits by the number of "
+        "counted steps (not by B * T).",
+    )
