@@ -44,7 +44,7 @@ test: venv lint
 
 # Instructors: copies of the notebooks with exercise solutions replaced by stubs.
 student: venv
-	$(BIN)/python -m course_utils.student notebooks student_notebooks
+	$(BIN)/python -m course_utils.exercises.student notebooks student_notebooks
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import student
+from course_utils.exercises import student
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ reports "not implemented yet" until the learner writes the code.
 
 Command line (also ``make student``)::
 
-    python -m course_utils.student notebooks/ student_notebooks/
+    python -m course_utils.exercises.student notebooks/ student_notebooks/
 """
 
 from __future__ import annotations
