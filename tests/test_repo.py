@@ -146,3 +146,12 @@ def test_every_notebook_with_widgets_is_tested_in_the_browser():
     assert with_widgets, "no notebook with widgets found: is the pattern still right?"
     missing = sorted(set(with_widgets) - set(listed))
     assert not missing, f"{missing} have widgets but are not in WIDGET_NOTEBOOKS"
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "course_utils").rglob("*.py")), ids=lambda p: p.name
+)
+def test_no_module_is_much_over_400_lines(path):
+    # One concern per module (COURSE_MAP's layout); a module that grows past this is split.
+    lines = len(path.read_text().splitlines())
+    assert lines <= 420, f"{path.relative_to(ROOT)} has {lines} lines: split it by concern"
