@@ -33,7 +33,45 @@ def check_qkv(query, key, value, same_length: bool = False) -> None:
 
 
 def check_positive(name: str, value) -> None:
+    """An int >= 1; bools are rejected (``True`` is an int to Python, never a size here)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
+
+
+def check_tensor(name: str, x, dims: int | None = None) -> None:
+    """``x`` must be a ``torch.Tensor`` (``TypeError``), with ``dims`` dimensions if given."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if dims is not None and x.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dims, got shape {tuple(x.shape)}")
+
+
+def check_ids(name: str, ids) -> None:
+    """Token ids: a 2-D integer tensor ``(B, L)``."""
+    check_tensor(name, ids)
+    if ids.dtype != torch.long:
+        raise TypeError(f"{name} must hold token ids (dtype torch.long), got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D tensor (B, L), got shape {tuple(ids.shape)}")
+
+
+def check_lengths(name: str, lengths, batch: int, width: int) -> None:
+    """``lengths`` (B,) integers with every value in 1..``width``."""
+    check_tensor(name, lengths)
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer lengths, got dtype {lengths.dtype}")
+    if lengths.shape != (batch,):
+        raise ValueError(f"{name} must have shape (B,) = ({batch},), got {tuple(lengths.shape)}")
+    if batch > 0 and (int(lengths.min()) < 1 or int(lengths.max()) > width):
+        raise ValueError(
+            f"{name} values must lie in 1..{width}, got min {int(lengths.min())} and "
+            f"max {int(lengths.max())}"
+        )
+
+
+def check_src(src, src_len) -> None:
+    """A padded source ``src`` (B, S) long and its lengths ``src_len`` (B,) in 1..S."""
+    check_ids("src", src)
+    check_lengths("src_len", src_len, src.shape[0], src.shape[1])

@@ -25,9 +25,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from course_utils._validate import check_ids, check_src
 from course_utils.attention import AdditiveScore, masked_softmax
-from course_utils.data import SequencePairs, make_batch
-from course_utils.seq2seq import Encoder, _check_ids, _check_src
+from course_utils.data import lengths_to_mask
+from course_utils.seq2seq import Encoder
 
 # ---------------------------------------------------------------------------------------
 # Input checks
@@ -55,16 +56,6 @@ def _check_encoder_side(
             f"src_mask must have shape (B, S) = {tuple(enc_states.shape[:2])} to match "
             f"enc_states {tuple(enc_states.shape)}, got {tuple(src_mask.shape)}"
         )
-
-
-def lengths_to_mask(src_len: torch.Tensor, S: int) -> torch.Tensor:
-    """``(B,)`` lengths -> ``(B, S)`` boolean mask, True at the real (non-pad) positions.
-
-    >>> lengths_to_mask(torch.tensor([3, 1]), 4)
-    tensor([[ True,  True,  True, False],
-            [ True, False, False, False]])
-    """
-    return torch.arange(S, device=src_len.device)[None, :] < src_len[:, None]  # (B, S)
 
 
 # ---------------------------------------------------------------------------------------
@@ -151,7 +142,7 @@ class AttentionDecoder(nn.Module):
 
         Returns ``(logits (B, T, V), hidden (B, H), weights (B, T, S))``.
         """
-        _check_ids("tgt_in", tgt_in)
+        check_ids("tgt_in", tgt_in)
         _check_encoder_side(tgt_in.shape[0], hidden, enc_states, src_mask)
         if hidden.shape[1] != self.hidden_dim or enc_states.shape[2] != self.enc_dim:
             raise ValueError(
@@ -226,8 +217,8 @@ class AttentionSeq2Seq(nn.Module):
 
         With ``return_weights``, returns ``(logits, weights (B, T, S))``.
         """
-        _check_src(src, src_len)
-        _check_ids("tgt_in", tgt_in)
+        check_src(src, src_len)
+        check_ids("tgt_in", tgt_in)
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
                 f"tgt_in and src must have the same batch size, got tgt_in "
@@ -249,7 +240,7 @@ class AttentionSeq2Seq(nn.Module):
         ``<eos>``. ``weights[b, t]`` is where step ``t`` looked; rows after example ``b``'s
         ``<eos>`` are zero.
         """
-        _check_src(src, src_len)
+        check_src(src, src_len)
         if not isinstance(max_len, int) or max_len < 1:
             raise ValueError(f"max_len must be a positive int, got {max_len!r}")
         B = src.shape[0]
@@ -291,7 +282,7 @@ def alignment_accuracy(weights: torch.Tensor, gold: torch.Tensor) -> float:
             f"weights must be a 3-D tensor (B, T, S), got shape "
             f"{tuple(getattr(weights, 'shape', ()))}"
         )
-    _check_ids("gold", gold)
+    check_ids("gold", gold)
     if gold.shape != weights.shape[:2]:
         raise ValueError(
             f"gold must have shape (B, T) = {tuple(weights.shape[:2])} to match weights "
@@ -302,39 +293,3 @@ def alignment_accuracy(weights: torch.Tensor, gold: torch.Tensor) -> float:
         raise ValueError("gold marks no step to count (every entry is -1)")
     hits = (weights.argmax(dim=-1) == gold) & counted  # (B, T)
     return hits.sum().item() / counted.sum().item()
-
-
-# ---------------------------------------------------------------------------------------
-# Training batches of similar lengths
-# ---------------------------------------------------------------------------------------
-
-
-def length_bucketed_batches(data: SequencePairs, batch_size: int, seed: int = 0):
-    """Batches of sources of (nearly) equal length, in a new seeded random order each epoch.
-
-    An attention decoder runs one Python step per target token and attends over every
-    source position, so a batch costs about ``S x T``; grouping inputs of similar length
-    keeps both small instead of padding everything to the longest input. Like
-    :func:`course_utils.data.infinite_batches`, it yields :class:`~course_utils.data.Batch`
-    objects forever, and every example is seen once per epoch.
-
-    >>> from course_utils.data import make_split
-    >>> data = make_split("reverse", "train", n=40, lengths=range(4, 31), seed=0)
-    >>> first = next(length_bucketed_batches(data, batch_size=8))
-    >>> int(first.src_len.max() - first.src_len.min()) <= 8
-    True
-    """
-    if not isinstance(data, SequencePairs):
-        raise TypeError(f"data must be a SequencePairs, got {type(data).__name__}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    lengths = data.lengths()  # (N,)
-    epoch = 0
-    while True:
-        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        shuffled = torch.randperm(len(data), generator=g)  # random order within each length
-        order = shuffled[torch.argsort(lengths[shuffled], stable=True)].tolist()  # by length
-        chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        for c in torch.randperm(len(chunks), generator=g).tolist():  # batches in random order
-            yield make_batch([data[i] for i in chunks[c]], data.vocab)
-        epoch += 1

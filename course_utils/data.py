@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from course_utils._validate import check_positive, check_tensor
+
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIALS = (PAD, BOS, EOS)
 
@@ -215,6 +217,23 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
+def lengths_to_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """``(B,)`` lengths -> ``(B, width)`` boolean mask, True at the real (non-pad) positions.
+
+    The course's one padding mask (True = may be attended to, the mask rule of
+    :func:`course_utils.attention.causal_mask` too); every model and ``Batch.src_mask`` use it.
+
+    >>> lengths_to_mask(torch.tensor([3, 1]), 4)
+    tensor([[ True,  True,  True, False],
+            [ True, False, False, False]])
+    """
+    check_tensor("lengths", lengths, dims=1)
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must hold integer lengths, got dtype {lengths.dtype}")
+    check_positive("width", width)
+    return torch.arange(width, device=lengths.device)[None, :] < lengths[:, None]  # (B, width)
+
+
 @dataclass
 class Batch:
     """A padded batch for an encoder-decoder.
@@ -235,8 +254,7 @@ class Batch:
     @property
     def src_mask(self) -> torch.Tensor:
         """``(B, S)`` boolean, True where the source holds a real token."""
-        S = self.src.shape[1]
-        return torch.arange(S, device=self.src.device)[None, :] < self.src_len[:, None]
+        return lengths_to_mask(self.src_len, self.src.shape[1])
 
 
 def make_batch(pairs: Sequence[tuple[list[int], list[int]]], vocab: Vocab) -> Batch:
@@ -269,4 +287,38 @@ def infinite_batches(data: SequencePairs, batch_size: int, seed: int = 0):
     epoch = 0
     while True:
         yield from batches(data, batch_size, shuffle=True, seed=seed * 100_003 + epoch)
+        epoch += 1
+
+
+# ---------------------------------------------------------------------------------------
+# Training batches of similar lengths
+# ---------------------------------------------------------------------------------------
+
+
+def length_bucketed_batches(data: SequencePairs, batch_size: int, seed: int = 0):
+    """Batches of sources of (nearly) equal length, in a new seeded random order each epoch.
+
+    An attention decoder runs one Python step per target token and attends over every
+    source position, so a batch costs about ``S x T``; grouping inputs of similar length
+    keeps both small instead of padding everything to the longest input. Like
+    :func:`infinite_batches`, it yields :class:`Batch` objects forever, and every example
+    is seen once per epoch.
+
+    >>> data = make_split("reverse", "train", n=40, lengths=range(4, 31), seed=0)
+    >>> first = next(length_bucketed_batches(data, batch_size=8))
+    >>> int(first.src_len.max() - first.src_len.min()) <= 8
+    True
+    """
+    if not isinstance(data, SequencePairs):
+        raise TypeError(f"data must be a SequencePairs, got {type(data).__name__}")
+    check_positive("batch_size", batch_size)
+    lengths = data.lengths()  # (N,)
+    epoch = 0
+    while True:
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        shuffled = torch.randperm(len(data), generator=g)  # random order within each length
+        order = shuffled[torch.argsort(lengths[shuffled], stable=True)].tolist()  # by length
+        chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        for c in torch.randperm(len(chunks), generator=g).tolist():  # batches in random order
+            yield make_batch([data[i] for i in chunks[c]], data.vocab)
         epoch += 1

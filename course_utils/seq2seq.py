@@ -18,43 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from course_utils._validate import check_ids, check_src
 from course_utils.data import SequencePairs, batches
-
-# ---------------------------------------------------------------------------------------
-# Input checks shared by the public functions
-# ---------------------------------------------------------------------------------------
-
-
-def _check_ids(name: str, ids: object) -> None:
-    """``ids`` must be a 2-D integer tensor ``(B, L)``."""
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dim() != 2 or ids.dtype != torch.long:
-        raise ValueError(
-            f"{name} must be a 2-D long tensor (B, L), got shape {tuple(ids.shape)} "
-            f"and dtype {ids.dtype}"
-        )
-
-
-def _check_src(src: object, src_len: object) -> None:
-    """``src`` (B, S) long and ``src_len`` (B,) with every length in 1..S."""
-    _check_ids("src", src)
-    if not isinstance(src_len, torch.Tensor):
-        raise TypeError(f"src_len must be a torch.Tensor, got {type(src_len).__name__}")
-    B, S = src.shape
-    if src_len.shape != (B,):
-        raise ValueError(
-            f"src_len must have shape (B,) = ({B},) to match src {tuple(src.shape)}, "
-            f"got {tuple(src_len.shape)}"
-        )
-    if src_len.dtype.is_floating_point or src_len.dtype == torch.bool:
-        raise ValueError(f"src_len must hold integer lengths, got dtype {src_len.dtype}")
-    if B > 0 and (int(src_len.min()) < 1 or int(src_len.max()) > S):
-        raise ValueError(
-            f"src_len values must lie in 1..{S} (the width of src), "
-            f"got min {int(src_len.min())} and max {int(src_len.max())}"
-        )
-
 
 # ---------------------------------------------------------------------------------------
 # Encoder, decoder, and the model that joins them
@@ -78,7 +43,7 @@ class Encoder(nn.Module):
         ``states`` are zero at padded positions; ``final`` is the state after each example's
         own last real token, not after the padding.
         """
-        _check_src(src, src_len)
+        check_src(src, src_len)
         B, S = src.shape
         x = self.embedding(src)  # (B, S) -> (B, S, E)
         # Packing makes the GRU stop at each example's true length. Lengths live on the CPU.
@@ -104,7 +69,7 @@ class Decoder(nn.Module):
         self, tgt_in: torch.Tensor, hidden: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``tgt_in`` (B, T), ``hidden`` (B, H) -> ``(logits (B, T, V), hidden (B, H))``."""
-        _check_ids("tgt_in", tgt_in)
+        check_ids("tgt_in", tgt_in)
         if hidden.dim() != 2 or hidden.shape[0] != tgt_in.shape[0]:
             raise ValueError(
                 f"hidden must have shape (B, H) with B = {tgt_in.shape[0]} from tgt_in, "
@@ -143,8 +108,8 @@ class Seq2Seq(nn.Module):
         self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
         """Teacher forcing: ``src`` (B, S), ``src_len`` (B,), ``tgt_in`` (B, T) -> (B, T, V)."""
-        _check_src(src, src_len)
-        _check_ids("tgt_in", tgt_in)
+        check_src(src, src_len)
+        check_ids("tgt_in", tgt_in)
         if tgt_in.shape[0] != src.shape[0]:
             raise ValueError(
                 f"tgt_in and src must have the same batch size, got tgt_in "
@@ -161,7 +126,7 @@ class Seq2Seq(nn.Module):
         The output starts after ``<bos>`` and includes each example's ``<eos>``; positions
         after it hold ``<pad>``. Decoding stops early once every example has emitted ``<eos>``.
         """
-        _check_src(src, src_len)
+        check_src(src, src_len)
         if not isinstance(max_len, int) or max_len < 1:
             raise ValueError(f"max_len must be a positive int, got {max_len!r}")
         B = src.shape[0]
@@ -195,7 +160,7 @@ def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int) -> t
             f"logits must be a 3-D tensor (B, T, V), got shape "
             f"{tuple(getattr(logits, 'shape', ()))}"
         )
-    _check_ids("targets", targets)
+    check_ids("targets", targets)
     if targets.shape != logits.shape[:2]:
         raise ValueError(
             f"targets must have shape (B, T) = {tuple(logits.shape[:2])} to match logits "
@@ -233,8 +198,8 @@ def exact_match(
     >>> exact_match(torch.tensor([[5, 6, 2, 7]]), torch.tensor([[5, 6, 2]]), 2, 0)
     tensor([True])
     """
-    _check_ids("pred_ids", pred_ids)
-    _check_ids("target_ids", target_ids)
+    check_ids("pred_ids", pred_ids)
+    check_ids("target_ids", target_ids)
     if pred_ids.shape[0] != target_ids.shape[0]:
         raise ValueError(
             f"pred_ids and target_ids must have the same batch size, got "

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from course_utils._validate import check_src
 from course_utils.attention import causal_mask
+from course_utils.data import lengths_to_mask
 from course_utils.positional import sinusoidal_encoding
 from course_utils.transformer import Transformer
 
@@ -50,23 +52,6 @@ class TransformerConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
-
-
-def _check_src(src, src_len) -> None:
-    for name, x, dims in (("src", src, 2), ("src_len", src_len, 1)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != dims or x.dtype != torch.long:
-            raise ValueError(
-                f"{name} must be a {dims}-D long tensor, got shape {tuple(x.shape)} and "
-                f"dtype {x.dtype}"
-            )
-    if src_len.shape[0] != src.shape[0]:
-        raise ValueError(
-            f"src_len must have shape (B,) = ({src.shape[0]},), got {tuple(src_len.shape)}"
-        )
-    if len(src_len) and (int(src_len.min()) < 1 or int(src_len.max()) > src.shape[1]):
-        raise ValueError(f"src_len values must lie in 1..{src.shape[1]} (the width of src)")
 
 
 class TransformerSeq2Seq(nn.Module):
@@ -130,8 +115,8 @@ class TransformerSeq2Seq(nn.Module):
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor):
         """``src (B, S), src_len (B,) -> (memory (B, S, E), key mask (B, S), enc weights)``."""
-        _check_src(src, src_len)
-        keys = torch.arange(src.shape[1], device=src.device)[None, :] < src_len[:, None]
+        check_src(src, src_len)
+        keys = lengths_to_mask(src_len, src.shape[1])  # (B, S), True at real tokens
         memory, weights = self.transformer.encode(
             self._embed(self.src_embed, src), src_key_padding_mask=keys
         )

@@ -9,10 +9,14 @@ from course_utils.bahdanau import (
     AttentionDecoder,
     AttentionSeq2Seq,
     attend,
+)
+from course_utils.data import (
     length_bucketed_batches,
     lengths_to_mask,
+    letter_vocab,
+    make_batch,
+    make_split,
 )
-from course_utils.data import letter_vocab, make_batch, make_split
 from course_utils.exercises import nb03
 from course_utils.seq2seq import accuracy_by_length, exact_match, seq2seq_loss
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from course_utils.bahdanau import length_bucketed_batches
 from course_utils.corpus import UNK, build_vocab, load_corpus, read_pairs, tokenize
+from course_utils.data import length_bucketed_batches
 
 GOOD = (
     "Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (CM)\n"

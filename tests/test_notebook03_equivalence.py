@@ -6,6 +6,7 @@ from torch import nn
 
 from course_utils import bahdanau, data
 from course_utils.attention import AdditiveScore, masked_softmax
+from course_utils.data import lengths_to_mask
 from course_utils.seq2seq import Encoder
 
 from notebook_cells import from_scratch_cells, run_from_scratch_cells
@@ -35,7 +36,7 @@ def test_attend_equals_library(nb, seed):
     torch.manual_seed(seed)
     score = AdditiveScore(5, 6, 4)
     query, states = torch.randn(3, 5, generator=g), torch.randn(3, 7, 6, generator=g)
-    mask = bahdanau.lengths_to_mask(torch.tensor([7, 1, 4]), 7)
+    mask = lengths_to_mask(torch.tensor([7, 1, 4]), 7)
     ours = nb["attend"](query, states, mask, score)
     expected = bahdanau.attend(query, states, mask, score)
     for a, b in zip(ours, expected, strict=True):
@@ -71,7 +72,7 @@ def test_notebook_decoder_step_equals_library_step(nb):
     lib.load_state_dict(ours.state_dict())
     g = torch.Generator().manual_seed(7)
     states, hidden = torch.randn(5, 8, 12, generator=g), torch.randn(5, 12, generator=g)
-    mask = bahdanau.lengths_to_mask(batch.src_len, 8)
+    mask = lengths_to_mask(batch.src_len, 8)
     token = batch.tgt_in[:, 1]
     for a, b in zip(
         ours.step(token, hidden, states, mask), lib.step(token, hidden, states, mask), strict=True

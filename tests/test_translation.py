@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from course_utils import bahdanau, translation
-from course_utils.data import make_batch
+from course_utils import translation
+from course_utils.data import length_bucketed_batches, make_batch
 from course_utils.seq2seq import Seq2Seq, seq2seq_loss
 from course_utils.translation import (
     ADJECTIVES,
@@ -176,7 +176,7 @@ def test_ids_round_trip_and_batches():
         assert data.src_vocab.decode(data.src[i]) == data.pairs[i].src
         assert data.tgt_vocab.decode(data.tgt[i]) == data.pairs[i].tgt
     assert " -> " in data.show(0)
-    batch = next(bahdanau.length_bucketed_batches(data, batch_size=16, seed=0))
+    batch = next(length_bucketed_batches(data, batch_size=16, seed=0))
     assert batch.src.shape[0] == 16
     assert int(batch.src.max()) < len(data.src_vocab)
     assert int(batch.tgt_out.max()) < len(data.tgt_vocab)
