@@ -1,6 +1,6 @@
 """The GRU encoder-decoder of :mod:`course_utils.seq2seq` plus additive (Bahdanau) attention.
 
-The encoder is the same :class:`~course_utils.seq2seq.Encoder`. The decoder no longer has to
+The encoder is the same :class:`~course_utils.seq2seq.GRUEncoder`. The decoder no longer has to
 make do with the encoder's final state: at every output step it scores *all* encoder states
 against its previous state, takes their attention-weighted sum (the context), and reads that
 context together with the previous token (Bahdanau, Cho & Bengio, 2015):
@@ -11,16 +11,21 @@ context together with the previous token (Bahdanau, Cho & Bengio, 2015):
 * ``s = GRUCell([embedding(y_prev), context], s_prev)``;
 * ``logits = Linear([s, context])``.
 
-:class:`AttentionSeq2Seq` has :class:`~course_utils.seq2seq.Seq2Seq`'s constructor and
-interface (teacher-forced ``forward`` -> logits), so ``seq2seq_loss``, ``exact_match`` and
-``accuracy_by_length`` work with it; its ``greedy_decode`` also returns the attention weights.
+:class:`AttentionSeq2Seq` has :class:`~course_utils.seq2seq.Seq2Seq`'s interface
+(teacher-forced ``forward`` -> logits, the ``start`` / ``step`` decoding protocol of
+:mod:`course_utils.decoding`), so ``seq2seq_loss``, ``metrics.accuracy_by_length`` and
+``decoding.greedy_decode`` / ``beam_search`` work with it; its ``step`` and
+``forward_with_attention`` also return where it looked.
 
-Shape legend: ``B`` batch, ``S`` source length, ``T`` target length, ``E`` embedding size,
-``H`` decoder hidden size, ``K`` encoder state size, ``A`` attention hidden size,
+Shapes follow the legend in :mod:`course_utils`: ``B`` batch, ``S`` source length, ``T``
+target length, ``E`` embedding size, ``R`` decoder (GRU) state size, ``C`` size of the
+encoder states it attends to (``enc_dim``, R by default), ``A`` attention hidden size,
 ``V`` vocabulary size.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -28,7 +33,18 @@ from torch import nn
 from course_utils._validate import check_ids, check_src
 from course_utils.attention import AdditiveScore, masked_softmax
 from course_utils.data import lengths_to_mask
-from course_utils.seq2seq import Encoder
+from course_utils.seq2seq import GRUEncoder, Seq2SeqConfig
+
+State = tuple[torch.Tensor, ...]
+
+
+@dataclass
+class BahdanauConfig(Seq2SeqConfig):
+    """:class:`~course_utils.seq2seq.Seq2SeqConfig` plus ``attn_dim`` (A), the additive
+    score's hidden size (``None``: ``hidden_dim``); build it with ``from_vocab``."""
+
+    attn_dim: int | None = None
+
 
 # ---------------------------------------------------------------------------------------
 # Input checks
@@ -38,7 +54,7 @@ from course_utils.seq2seq import Encoder
 def _check_encoder_side(
     B: int, hidden: torch.Tensor, enc_states: torch.Tensor, src_mask: torch.Tensor
 ) -> None:
-    """``hidden`` (B, H), ``enc_states`` (B, S, K) and a boolean ``src_mask`` (B, S)."""
+    """``hidden`` (B, R), ``enc_states`` (B, S, C) and a boolean ``src_mask`` (B, S)."""
     for name, x, dims in (("hidden", hidden, 2), ("enc_states", enc_states, 3)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -69,11 +85,11 @@ def attend(
     src_mask: torch.Tensor,
     score: nn.Module,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One attention read: ``query`` (B, H) against ``enc_states`` (B, S, K).
+    """One attention read: ``query`` (B, R) against ``enc_states`` (B, S, C).
 
-    Returns ``(context (B, K), weights (B, S))``; ``weights`` are zero where ``src_mask``
+    Returns ``(context (B, C), weights (B, S))``; ``weights`` are zero where ``src_mask``
     (B, S) is False and sum to 1 over the rest. ``score`` is any module mapping
-    ``(B, 1, H), (B, S, K) -> (B, 1, S)``, e.g. :class:`~course_utils.attention.AdditiveScore`.
+    ``(B, 1, R), (B, S, C) -> (B, 1, S)``, e.g. :class:`~course_utils.attention.AdditiveScore`.
 
     >>> _ = torch.manual_seed(0)
     >>> states = torch.randn(1, 3, 4)
@@ -82,10 +98,10 @@ def attend(
     >>> context.shape, weights[0, 2].item(), round(weights.sum().item(), 6)
     (torch.Size([1, 4]), 0.0, 1.0)
     """
-    scores = score(query.unsqueeze(1), enc_states)  # (B, 1, H), (B, S, K) -> (B, 1, S)
+    scores = score(query.unsqueeze(1), enc_states)  # (B, 1, R), (B, S, C) -> (B, 1, S)
     weights = masked_softmax(scores, src_mask.unsqueeze(1))  # (B, 1, S)
-    context = weights @ enc_states  # (B, 1, S) @ (B, S, K) -> (B, 1, K)
-    return context.squeeze(1), weights.squeeze(1)  # (B, K), (B, S)
+    context = weights @ enc_states  # (B, 1, S) @ (B, S, C) -> (B, 1, C)
+    return context.squeeze(1), weights.squeeze(1)  # (B, C), (B, S)
 
 
 class AttentionDecoder(nn.Module):
@@ -93,7 +109,7 @@ class AttentionDecoder(nn.Module):
 
     At step ``t`` the query is the previous decoder state ``s_{t-1}``; the GRU cell reads
     ``[embedding(y_{t-1}), context_t]``, and the logits come from ``[s_t, context_t]``.
-    ``enc_dim`` (K) and ``attn_dim`` (A) default to ``hidden_dim``.
+    ``enc_dim`` (C) and ``attn_dim`` (A) default to ``hidden_dim``.
     """
 
     def __init__(
@@ -121,14 +137,14 @@ class AttentionDecoder(nn.Module):
         enc_states: torch.Tensor,
         src_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One decoding step: ``token`` (B,) ids, ``hidden`` (B, H) = ``s_{t-1}``.
+        """One decoding step: ``token`` (B,) ids, ``hidden`` (B, R) = ``s_{t-1}``.
 
-        Returns ``(logits (B, V), hidden (B, H) = s_t, weights (B, S))``.
+        Returns ``(logits (B, V), hidden (B, R) = s_t, weights (B, S))``.
         """
-        context, weights = attend(hidden, enc_states, src_mask, self.attention)  # (B, K), (B, S)
+        context, weights = attend(hidden, enc_states, src_mask, self.attention)  # (B, C), (B, S)
         y = self.embedding(token)  # (B,) -> (B, E)
-        hidden = self.rnn(torch.cat([y, context], dim=-1), hidden)  # (B, E + K) -> (B, H)
-        logits = self.out(torch.cat([hidden, context], dim=-1))  # (B, H + K) -> (B, V)
+        hidden = self.rnn(torch.cat([y, context], dim=-1), hidden)  # (B, E + C) -> (B, R)
+        logits = self.out(torch.cat([hidden, context], dim=-1))  # (B, R + C) -> (B, V)
         return logits, hidden, weights
 
     def forward(
@@ -138,9 +154,9 @@ class AttentionDecoder(nn.Module):
         enc_states: torch.Tensor,
         src_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Teacher forcing over ``tgt_in`` (B, T), starting from ``hidden`` (B, H).
+        """Teacher forcing over ``tgt_in`` (B, T), starting from ``hidden`` (B, R).
 
-        Returns ``(logits (B, T, V), hidden (B, H), weights (B, T, S))``.
+        Returns ``(logits (B, T, V), hidden (B, R), weights (B, T, S))``.
         """
         check_ids("tgt_in", tgt_in)
         _check_encoder_side(tgt_in.shape[0], hidden, enc_states, src_mask)
@@ -151,72 +167,60 @@ class AttentionDecoder(nn.Module):
             )
         # The keys W_k k_j are the same at every step: project them once per sequence. Each
         # step below then equals self.step (a test checks), only cheaper.
-        keys = self.attention.w_k(enc_states)  # (B, S, K) -> (B, S, A)
+        keys = self.attention.w_k(enc_states)  # (B, S, C) -> (B, S, A)
         y = self.embedding(tgt_in)  # (B, T) -> (B, T, E)
         states, contexts, weights = [], [], []
         # note: a loop, not one nn.GRU call: each step's input needs the context, and the
         # context needs the previous step's state.
         for t in range(tgt_in.shape[1]):
-            q = self.attention.w_q(hidden).unsqueeze(1)  # (B, H) -> (B, 1, A)
+            q = self.attention.w_q(hidden).unsqueeze(1)  # (B, R) -> (B, 1, A)
             scores = self.attention.v(torch.tanh(q + keys)).squeeze(-1)  # (B, S, A) -> (B, S)
             step_weights = masked_softmax(scores, src_mask)  # (B, S)
-            context = (step_weights.unsqueeze(1) @ enc_states).squeeze(1)  # (B, 1, S) @ (B, S, K)
-            hidden = self.rnn(torch.cat([y[:, t], context], dim=-1), hidden)  # (B, H)
+            context = (step_weights.unsqueeze(1) @ enc_states).squeeze(1)  # (B, 1, S) @ (B, S, C)
+            hidden = self.rnn(torch.cat([y[:, t], context], dim=-1), hidden)  # (B, R)
             states.append(hidden)
             contexts.append(context)
             weights.append(step_weights)
         # The read-out does not feed back into the loop, so it runs once over all steps.
         readout = torch.cat([torch.stack(states, 1), torch.stack(contexts, 1)], dim=-1)
-        logits = self.out(readout)  # (B, T, H + K) -> (B, T, V)
-        return logits, hidden, torch.stack(weights, dim=1)  # (B, T, V), (B, H), (B, T, S)
+        logits = self.out(readout)  # (B, T, R + C) -> (B, T, V)
+        return logits, hidden, torch.stack(weights, dim=1)  # (B, T, V), (B, R), (B, T, S)
 
 
 class AttentionSeq2Seq(nn.Module):
     """:class:`~course_utils.seq2seq.Seq2Seq` whose decoder attends over every encoder state.
 
-    Same constructor and interface as ``Seq2Seq``; ``tgt_vocab_size`` (keyword, default
-    ``vocab_size``) gives the decoder its own vocabulary, e.g. for translation.
-
-    >>> model = AttentionSeq2Seq(vocab_size=8, emb_dim=4, hidden_dim=6, pad_id=0, bos_id=1, eos_id=2)
+    >>> from course_utils.data import Batch, letter_vocab
+    >>> from course_utils.decoding import greedy_decode
+    >>> model = AttentionSeq2Seq(BahdanauConfig.from_vocab(letter_vocab(5), emb_dim=4, hidden_dim=6))
     >>> src, src_len = torch.tensor([[5, 6, 7], [5, 4, 0]]), torch.tensor([3, 2])
     >>> model(src, src_len, torch.tensor([[1, 7], [1, 4]])).shape
     torch.Size([2, 2, 8])
-    >>> pred, weights = model.greedy_decode(src, src_len, max_len=4)
-    >>> weights.shape[0], weights.shape[2], weights[1, 0, 2].item()  # (B, T, S); pad gets 0
+    >>> out = greedy_decode(model, Batch(src, src_len, src, src), max_steps=4)
+    >>> out.weights.shape[0], out.weights.shape[2], out.weights[1, 0, 2].item()  # pad gets 0
     (2, 3, 0.0)
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        emb_dim: int,
-        hidden_dim: int,
-        pad_id: int,
-        bos_id: int,
-        eos_id: int,
-        attn_dim: int | None = None,
-        *,
-        tgt_vocab_size: int | None = None,
-    ):
+    def __init__(self, config: BahdanauConfig):
         super().__init__()
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-        tgt_vocab_size = vocab_size if tgt_vocab_size is None else tgt_vocab_size
-        self.encoder = Encoder(vocab_size, emb_dim, hidden_dim, pad_id)
+        if not isinstance(config, BahdanauConfig):
+            raise TypeError(f"config must be a BahdanauConfig, got {type(config).__name__}")
+        c = self.config = config
+        self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
+        self.encoder = GRUEncoder(c.src_vocab_size, c.emb_dim, c.hidden_dim, c.pad_id)
         self.decoder = AttentionDecoder(
-            tgt_vocab_size, emb_dim, hidden_dim, pad_id, enc_dim=hidden_dim, attn_dim=attn_dim
+            c.tgt_vocab_size,
+            c.emb_dim,
+            c.hidden_dim,
+            c.pad_id,
+            enc_dim=c.hidden_dim,
+            attn_dim=c.attn_dim,
         )
 
-    def forward(
-        self,
-        src: torch.Tensor,
-        src_len: torch.Tensor,
-        tgt_in: torch.Tensor,
-        return_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: ``src`` (B, S), ``src_len`` (B,), ``tgt_in`` (B, T) -> (B, T, V).
-
-        With ``return_weights``, returns ``(logits, weights (B, T, S))``.
-        """
+    def forward_with_attention(
+        self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing -> ``(logits (B, T, V), weights (B, T, S))``."""
         check_src(src, src_len)
         check_ids("tgt_in", tgt_in)
         if tgt_in.shape[0] != src.shape[0]:
@@ -224,72 +228,25 @@ class AttentionSeq2Seq(nn.Module):
                 f"tgt_in and src must have the same batch size, got tgt_in "
                 f"{tuple(tgt_in.shape)} and src {tuple(src.shape)}"
             )
-        states, final = self.encoder(src, src_len)  # (B, S, H), (B, H)
+        states, final = self.encoder(src, src_len)  # (B, S, R), (B, R)
         src_mask = lengths_to_mask(src_len, src.shape[1])  # (B, S)
         logits, _, weights = self.decoder(tgt_in, final, states, src_mask)
-        return (logits, weights) if return_weights else logits
+        return logits, weights
 
-    @torch.no_grad()
-    def greedy_decode(
-        self, src: torch.Tensor, src_len: torch.Tensor, max_len: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed back the most likely token -> ``(ids (B, T), weights (B, T, S))``, T <= ``max_len``.
+    def forward(
+        self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
+        """Teacher forcing: ``src`` (B, S), ``src_len`` (B,), ``tgt_in`` (B, T) -> (B, T, V)."""
+        return self.forward_with_attention(src, src_len, tgt_in)[0]
 
-        As ``Seq2Seq.greedy_decode``: the ids start after ``<bos>`` and include each example's
-        ``<eos>``, with ``<pad>`` after it; decoding stops once every example has emitted
-        ``<eos>``. ``weights[b, t]`` is where step ``t`` looked; rows after example ``b``'s
-        ``<eos>`` are zero.
-        """
-        check_src(src, src_len)
-        if not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive int, got {max_len!r}")
-        B = src.shape[0]
-        states, hidden = self.encoder(src, src_len)  # (B, S, H), (B, H)
-        src_mask = lengths_to_mask(src_len, src.shape[1])  # (B, S)
-        token = torch.full((B,), self.bos_id, dtype=torch.long, device=src.device)  # (B,)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
-        out, weights = [], []
-        for _ in range(max_len):
-            logits, hidden, step_weights = self.decoder.step(token, hidden, states, src_mask)
-            token = logits.argmax(dim=-1)  # (B,)
-            out.append(token.masked_fill(done, self.pad_id))  # finished examples emit <pad>
-            weights.append(step_weights.masked_fill(done[:, None], 0.0))  # (B, S)
-            done = done | (token == self.eos_id)
-            if bool(done.all()):
-                break
-        return torch.stack(out, dim=1), torch.stack(weights, dim=1)  # (B, T), (B, T, S)
+    # The decoding protocol of course_utils.decoding
+    def start(self, batch: object) -> State:
+        """Encode ``batch.src`` once -> ``(hidden (B, R), states (B, S, R), src_mask (B, S))``."""
+        states, hidden = self.encoder(batch.src, batch.src_len)  # (B, S, R), (B, R)
+        return hidden, states, lengths_to_mask(batch.src_len, batch.src.shape[1])
 
-
-# ---------------------------------------------------------------------------------------
-# Measuring alignments
-# ---------------------------------------------------------------------------------------
-
-
-def alignment_accuracy(weights: torch.Tensor, gold: torch.Tensor) -> float:
-    """Share of decoding steps whose most-attended source position is the gold one.
-
-    ``weights`` (B, T, S) are attention weights; ``gold`` (B, T) long holds the source
-    position each output step should look at, or ``-1`` for steps that do not count (e.g.
-    ``<eos>`` and padding). For the reverse task, step ``t`` of an input of length ``n``
-    should look at position ``n - 1 - t``.
-
-    >>> w = torch.tensor([[[0.1, 0.9], [0.8, 0.2], [0.5, 0.5]]])  # (1, 3, 2)
-    >>> alignment_accuracy(w, torch.tensor([[1, 1, -1]]))  # step 0 right, step 1 wrong
-    0.5
-    """
-    if not isinstance(weights, torch.Tensor) or weights.dim() != 3:
-        raise ValueError(
-            f"weights must be a 3-D tensor (B, T, S), got shape "
-            f"{tuple(getattr(weights, 'shape', ()))}"
-        )
-    check_ids("gold", gold)
-    if gold.shape != weights.shape[:2]:
-        raise ValueError(
-            f"gold must have shape (B, T) = {tuple(weights.shape[:2])} to match weights "
-            f"{tuple(weights.shape)}, got {tuple(gold.shape)}"
-        )
-    counted = gold >= 0  # (B, T)
-    if not bool(counted.any()):
-        raise ValueError("gold marks no step to count (every entry is -1)")
-    hits = (weights.argmax(dim=-1) == gold) & counted  # (B, T)
-    return hits.sum().item() / counted.sum().item()
+    def step(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        """``tokens`` (B,) -> ``(log_probs (B, V), state, weights (B, S))``."""
+        hidden, states, src_mask = state
+        logits, hidden, weights = self.decoder.step(tokens, hidden, states, src_mask)
+        return logits.log_softmax(dim=-1), (hidden, states, src_mask), weights

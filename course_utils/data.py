@@ -16,9 +16,10 @@ share a source sequence, whatever their sizes.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +27,9 @@ from course_utils._validate import check_positive, check_tensor
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIALS = (PAD, BOS, EOS)
+# Every Vocab puts the specials first, so their ids are their places in SPECIALS. Model
+# configs default to these; ModelConfig.from_vocab takes them from the Vocab itself.
+PAD_ID, BOS_ID, EOS_ID = (SPECIALS.index(t) for t in SPECIALS)
 
 
 class Vocab:
@@ -81,6 +85,59 @@ class Vocab:
         return out
 
 
+class ModelConfig:
+    """Base of every model's config dataclass: built from the vocabularies, checks itself.
+
+    A subclass is a ``@dataclass`` with ``src_vocab_size``, ``tgt_vocab_size``, ``pad_id``,
+    ``bos_id`` and ``eos_id`` among its fields. :meth:`from_vocab` takes the sizes and the
+    special-token ids from the :class:`Vocab` objects, so no model hard-codes an id. On
+    construction every field is checked: sizes (``int``) are positive ints, ``int | None``
+    sizes are ``None`` or positive, ids lie inside both vocabularies and differ, ``float``
+    fields named ``dropout`` lie in [0, 1), ``bool`` fields are bools.
+    """
+
+    @classmethod
+    def from_vocab(cls, src_vocab: Vocab, tgt_vocab: Vocab | None = None, **sizes: object):
+        """The config for ``src_vocab`` -> ``tgt_vocab`` (default: the same vocabulary)."""
+        tgt_vocab = src_vocab if tgt_vocab is None else tgt_vocab
+        for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
+            if not isinstance(v, Vocab):
+                raise TypeError(f"{name} must be a Vocab, got {type(v).__name__}")
+        ids = {n: getattr(tgt_vocab, n) for n in ("pad_id", "bos_id", "eos_id")}
+        if src_vocab.pad_id != tgt_vocab.pad_id:
+            raise ValueError(
+                f"src_vocab and tgt_vocab must share pad_id, got {src_vocab.pad_id} and "
+                f"{tgt_vocab.pad_id}"
+            )
+        return cls(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), **ids, **sizes)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), str(f.type)
+            if kind == "bool" and not isinstance(value, bool):
+                raise TypeError(f"{f.name} must be a bool, got {value!r}")
+            if kind == "float" and f.name == "dropout":
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise TypeError(f"dropout must be a float, got {value!r}")
+                if not 0.0 <= value < 1.0:
+                    raise ValueError(f"dropout must lie in [0, 1), got {value}")
+            if kind == "int" and not f.name.endswith("_id"):
+                check_positive(f.name, value)
+            if kind == "int | None" and value is not None:
+                check_positive(f.name, value)
+        ids = {n: getattr(self, n) for n in ("pad_id", "bos_id", "eos_id")}
+        size = min(self.src_vocab_size, self.tgt_vocab_size)
+        for name, value in ids.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+            if not 0 <= value < size:
+                raise ValueError(
+                    f"{name} must lie in 0..{size - 1} (inside both vocabularies), got {value}"
+                )
+        if len(set(ids.values())) != 3:
+            raise ValueError(f"pad_id, bos_id and eos_id must differ, got {ids}")
+
+
 def letter_vocab(num_symbols: int = 20) -> Vocab:
     """A vocabulary of ``num_symbols`` lower-case letters (``a``, ``b``, ...)."""
     if not 2 <= num_symbols <= 26:
@@ -134,6 +191,27 @@ class SequencePairs:
     def show(self, i: int) -> str:
         """One example as text, e.g. ``'r d b g q -> q g b d r'``."""
         return f"{' '.join(self.vocab.decode(self.src[i]))} -> {' '.join(self.vocab.decode(self.tgt[i]))}"
+
+
+@dataclass
+class TranslationPairs(SequencePairs):
+    """:class:`SequencePairs` with separate source and target vocabularies.
+
+    ``vocab`` is the target vocabulary (batches take ``<pad>``, ``<bos>``, ``<eos>`` from it;
+    the specials have the same ids in both). ``pairs`` keeps the token-level pairs they came
+    from (with their alignments, for :mod:`course_utils.apps.translation`'s language).
+    """
+
+    src_vocab: Vocab | None = None
+    pairs: list = field(default_factory=list)
+
+    @property
+    def tgt_vocab(self) -> Vocab:
+        return self.vocab
+
+    def show(self, i: int) -> str:
+        src = " ".join(self.src_vocab.decode(self.src[i]))
+        return f"{src} -> {' '.join(self.vocab.decode(self.tgt[i]))}"
 
 
 def make_split(

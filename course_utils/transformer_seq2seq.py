@@ -2,12 +2,13 @@
 
 :class:`TransformerConfig` holds everything that defines a model; :class:`TransformerSeq2Seq`
 maps token ids to next-token logits through :class:`course_utils.transformer.Transformer`
-and decodes greedily or with beam search. Train it with
+and follows the ``start`` / ``step`` protocol of :mod:`course_utils.decoding`, so
+``decoding.greedy_decode`` and ``decoding.beam_search`` decode it. Train it with
 :func:`course_utils.training.smoothed_seq2seq_loss` and the warm-up of
 :func:`course_utils.training.noam_rate`.
 
-Shape legend: ``B`` batch, ``S`` source length, ``T`` target length, ``E`` = ``d_model``,
-``V`` vocabulary size, ``K`` beam size.
+Shapes follow the legend in :mod:`course_utils`: ``B`` batch, ``S`` source length, ``T``
+target length, ``E`` = ``d_model``, ``H`` heads, ``V`` vocabulary size.
 """
 
 from __future__ import annotations
@@ -20,17 +21,22 @@ from torch import nn
 
 from course_utils._validate import check_src
 from course_utils.attention import causal_mask
-from course_utils.data import lengths_to_mask
+from course_utils.data import BOS_ID, EOS_ID, PAD_ID, ModelConfig, lengths_to_mask
 from course_utils.positional import sinusoidal_encoding
 from course_utils.transformer import Transformer
+
+State = tuple[torch.Tensor, ...]
 
 
 # ---------------------------------------------------------------------------------------
 # A whole sequence-to-sequence model: embeddings, positions, the core, an output layer
 # ---------------------------------------------------------------------------------------
 @dataclass
-class TransformerConfig:
-    """Everything that defines a :class:`TransformerSeq2Seq`.
+class TransformerConfig(ModelConfig):
+    """Everything that defines a :class:`TransformerSeq2Seq`; build it with
+    ``TransformerConfig.from_vocab(src_vocab, tgt_vocab, d_model=..., ...)``, which takes the
+    special-token ids from the vocabularies. ``max_len`` is the size of the position table:
+    the longest sequence the model can read.
 
     The defaults are a small model for the course's toy tasks; the paper's base model is
     ``d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048,
@@ -49,23 +55,30 @@ class TransformerConfig:
     max_len: int = 256
     share_embeddings: bool = False  # source, target and output share one matrix (one vocab)
     tie_output: bool = True  # the output layer reuses the target embedding matrix
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    pad_id: int = PAD_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
 
 
 class TransformerSeq2Seq(nn.Module):
     """Token ids in, next-token logits out: embeddings x sqrt(E) + sinusoidal positions,
     the :class:`Transformer` core, and a linear layer to the target vocabulary.
 
-    Same interface as :class:`course_utils.seq2seq.Seq2Seq`, so ``seq2seq_loss`` and
-    ``accuracy_by_length`` work with it: ``forward(src (B, S), src_len (B,), tgt_in (B, T))
-    -> logits (B, T, V)``, ``greedy_decode(src, src_len, max_len)``, plus ``beam_search``.
+    Same interface as :class:`course_utils.seq2seq.Seq2Seq`, so ``seq2seq_loss``,
+    ``metrics.accuracy_by_length`` and :mod:`course_utils.decoding` work with it:
+    ``forward(src (B, S), src_len (B,), tgt_in (B, T)) -> logits (B, T, V)``,
+    ``forward_with_attention``, and ``start`` / ``step``.
 
-    >>> model = TransformerSeq2Seq(TransformerConfig(src_vocab_size=10, tgt_vocab_size=10))
+    >>> from course_utils.data import Batch, letter_vocab
+    >>> from course_utils.decoding import beam_search, greedy_decode
+    >>> config = TransformerConfig.from_vocab(letter_vocab(7), d_model=16, num_heads=2)
+    >>> model = TransformerSeq2Seq(config)
     >>> src, src_len = torch.tensor([[5, 6, 7], [8, 9, 0]]), torch.tensor([3, 2])
     >>> model(src, src_len, torch.tensor([[1, 7], [1, 9]])).shape
     torch.Size([2, 2, 10])
+    >>> batch = Batch(src, src_len, src, src)
+    >>> torch.equal(beam_search(model, batch, 5, beam_size=1).ids, greedy_decode(model, batch, 5).ids)
+    True
     """
 
     def __init__(self, config: TransformerConfig):
@@ -133,8 +146,24 @@ class TransformerSeq2Seq(nn.Module):
         )
         return self.out(out), self_w, cross_w
 
-    def forward_with_attention(self, src, src_len, tgt_in):
-        """Like ``forward``, plus ``{"encoder", "decoder", "cross"}`` weight lists per layer."""
+    def attention_by_layer(
+        self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
+    ) -> dict[str, list[torch.Tensor]]:
+        """Every attention map, teacher-forced: ``{"encoder", "decoder", "cross"}``, each a
+        list with one ``(B, H, L, S)`` tensor per layer (queries ``L``: S, T and T)."""
+        return self._run(src, src_len, tgt_in)[1]
+
+    def forward_with_attention(
+        self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing -> ``(logits (B, T, V), weights (B, T, S))``: the source attention
+        of the last decoder layer, averaged over its heads (what ``step`` returns too)."""
+        logits, weights = self._run(src, src_len, tgt_in)
+        return logits, weights["cross"][-1].mean(dim=1)
+
+    def _run(
+        self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, list[torch.Tensor]]]:
         if not isinstance(tgt_in, torch.Tensor) or tgt_in.dim() != 2:
             raise ValueError(
                 f"tgt_in must be a 2-D tensor (B, T), got {tuple(getattr(tgt_in, 'shape', ()))}"
@@ -143,107 +172,25 @@ class TransformerSeq2Seq(nn.Module):
         logits, self_w, cross_w = self.decode(tgt_in, memory, keys)
         return logits, {"encoder": enc_w, "decoder": self_w, "cross": cross_w}
 
-    def forward(self, src, src_len, tgt_in) -> torch.Tensor:
+    def forward(
+        self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
+    ) -> torch.Tensor:
         """Teacher forcing: ``src (B, S), src_len (B,), tgt_in (B, T) -> logits (B, T, V)``."""
-        return self.forward_with_attention(src, src_len, tgt_in)[0]
+        return self._run(src, src_len, tgt_in)[0]
 
-    @torch.no_grad()
-    def greedy_decode(self, src, src_len, max_len: int) -> torch.Tensor:
-        """Feed back the most likely token -> ids (B, T <= max_len), as ``Seq2Seq`` does.
+    # The decoding protocol of course_utils.decoding. The encoder runs once; at every step the
+    # decoder re-reads the whole prefix (no key/value cache: notebook 17 adds one).
+    def start(self, batch: object) -> State:
+        """Encode ``batch.src`` once -> ``(memory (B, S, E), key mask (B, S), prefix (B, 0))``."""
+        memory, keys, _ = self.encode(batch.src, batch.src_len)
+        prefix = torch.empty(memory.shape[0], 0, dtype=torch.long, device=memory.device)
+        return memory, keys, prefix
 
-        The output starts after ``<bos>`` and includes each ``<eos>``; later positions hold
-        ``<pad>``. The encoder runs once; the decoder re-reads the prefix at every step.
-        """
-        if not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive int, got {max_len!r}")
-        was_training = self.training
-        self.eval()
-        memory, keys, _ = self.encode(src, src_len)  # the encoder runs once
-        B = src.shape[0]
-        seqs = torch.full((B, 1), self.bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B,)
-        for _ in range(max_len):
-            logits, _, _ = self.decode(seqs, memory, keys)  # (B, t, V)
-            token = logits[:, -1].argmax(dim=-1)  # only the last position is new: (B,)
-            token = token.masked_fill(done, self.pad_id)  # finished examples emit <pad>
-            seqs = torch.cat([seqs, token[:, None]], dim=1)  # (B, t + 1)
-            done = done | (token == self.eos_id)
-            if bool(done.all()):
-                break
-        self.train(was_training)
-        return seqs[:, 1:]  # drop <bos>: (B, T)
-
-    @torch.no_grad()
-    def beam_search(
-        self,
-        src,
-        src_len,
-        max_len: int,
-        beam_size: int = 4,
-        length_penalty: float = 0.0,
-        return_scores: bool = False,
-    ):
-        """Keep the ``beam_size`` most probable prefixes at each step -> ids (B, T).
-
-        A prefix's score is the sum of its tokens' log-probabilities; a finished one (it
-        emitted ``<eos>``) keeps its score and competes with the live ones. At the end each
-        example returns the hypothesis with the best ``score / ((5 + n) / 6) **
-        length_penalty`` (Wu et al., 2016; ``n`` tokens counting ``<eos>``), so
-        ``length_penalty=0`` compares raw scores and larger values favour longer outputs.
-        ``beam_size=1`` is greedy decoding. With ``return_scores``, also the chosen
-        hypotheses' log-probabilities (B,).
-
-        >>> model = TransformerSeq2Seq(TransformerConfig(9, 9, d_model=16, num_heads=2)).eval()
-        >>> src, src_len = torch.tensor([[4, 5, 6]]), torch.tensor([3])
-        >>> torch.equal(model.beam_search(src, src_len, 5, beam_size=1),
-        ...             model.greedy_decode(src, src_len, 5))
-        True
-        """
-        if not isinstance(max_len, int) or max_len < 1:
-            raise ValueError(f"max_len must be a positive int, got {max_len!r}")
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
-        was_training = self.training
-        self.eval()
-        memory, keys, _ = self.encode(src, src_len)
-        B, K, dev = src.shape[0], beam_size, src.device
-        # Every example gets K rows: (B, ...) -> (B*K, ...)
-        memory = memory.repeat_interleave(K, dim=0)  # (B*K, S, E)
-        keys = keys.repeat_interleave(K, dim=0)  # (B*K, S)
-        seqs = torch.full((B * K, 1), self.bos_id, dtype=torch.long, device=dev)  # (B*K, 1)
-        scores = torch.zeros(B, K, device=dev)
-        scores[:, 1:] = float("-inf")  # at the start only one beam is live: no duplicates
-        done = torch.zeros(B * K, dtype=torch.bool, device=dev)
-        lengths = torch.zeros(B * K, device=dev)  # tokens so far, <eos> included
-        for _ in range(max_len):
-            logits, _, _ = self.decode(seqs, memory, keys)
-            logp = logits[:, -1].float().log_softmax(dim=-1)  # (B*K, V)
-            V = logp.shape[-1]
-            # A finished hypothesis can only be extended by <pad>, at no cost.
-            finished = torch.full_like(logp, float("-inf"))
-            finished[:, self.pad_id] = 0.0
-            logp = torch.where(done[:, None], finished, logp)
-            candidates = scores.reshape(B * K, 1) + logp  # (B*K, V)
-            best, index = candidates.reshape(B, K * V).topk(K, dim=-1)  # (B, K)
-            parent = index // V + torch.arange(B, device=dev)[:, None] * K  # rows in (B*K)
-            token = (index % V).reshape(B * K)  # (B*K,)
-            parent = parent.reshape(B * K)
-            seqs = torch.cat([seqs[parent], token[:, None]], dim=1)  # (B*K, t+1)
-            lengths = lengths[parent] + (~done[parent]).float()
-            done = done[parent] | (token == self.eos_id)
-            scores = best  # (B, K), best first
-            if bool(done.all()):
-                break
-            # Without a length penalty, scores only fall as prefixes grow: once an example's
-            # best hypothesis has finished, no live one can overtake it.
-            if length_penalty == 0.0 and bool(done.reshape(B, K)[:, 0].all()):
-                break
-        penalty = ((5.0 + lengths) / 6.0) ** length_penalty  # (B*K,)
-        ranked = (scores.reshape(B * K) / penalty).reshape(B, K)
-        pick = ranked.argmax(dim=-1) + torch.arange(B, device=dev) * K  # (B,)
-        self.train(was_training)
-        out = seqs[pick, 1:]  # drop <bos>: (B, T)
-        out = out[:, : int(lengths[pick].max())]  # columns after every chosen <eos> are <pad>
-        if return_scores:
-            return out, scores.reshape(B * K)[pick]
-        return out
+    def step(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
+        """``tokens`` (B,) -> ``(log_probs (B, V), state, weights (B, S))``, the weights being
+        the last decoder layer's source attention at this step, averaged over its heads."""
+        memory, keys, prefix = state
+        prefix = torch.cat([prefix, tokens[:, None]], dim=1)  # (B, t)
+        logits, _, cross = self.decode(prefix, memory, keys)  # (B, t, V)
+        weights = cross[-1][:, :, -1].mean(dim=1)  # (B, H, t, S) -> (B, S)
+        return logits[:, -1].log_softmax(dim=-1), (memory, keys, prefix), weights

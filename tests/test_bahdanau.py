@@ -8,17 +8,21 @@ from course_utils import seq2seq
 from course_utils.bahdanau import (
     AttentionDecoder,
     AttentionSeq2Seq,
+    BahdanauConfig,
     attend,
 )
 from course_utils.data import (
+    Batch,
     length_bucketed_batches,
     lengths_to_mask,
     letter_vocab,
     make_batch,
     make_split,
 )
+from course_utils.decoding import greedy_decode
 from course_utils.exercises import nb03
-from course_utils.seq2seq import accuracy_by_length, exact_match, seq2seq_loss
+from course_utils.metrics import accuracy_by_length, exact_match
+from course_utils.seq2seq import seq2seq_loss
 
 VOCAB = letter_vocab(10)
 PAD, BOS, EOS = VOCAB.pad_id, VOCAB.bos_id, VOCAB.eos_id
@@ -27,7 +31,8 @@ V = len(VOCAB)
 
 def make_model(seed: int = 0, hidden_dim: int = 16, attn_dim: int | None = None):
     torch.manual_seed(seed)
-    return AttentionSeq2Seq(V, 8, hidden_dim, PAD, BOS, EOS, attn_dim=attn_dim).eval()
+    config = BahdanauConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=hidden_dim, attn_dim=attn_dim)
+    return AttentionSeq2Seq(config).eval()
 
 
 def random_ids(g: torch.Generator, *shape: int) -> torch.Tensor:
@@ -89,7 +94,7 @@ def test_shapes_and_weights_are_distributions_over_the_real_source():
     model = make_model(1)
     src, lengths, beyond = padded_source(g, [5, 2, 7])
     tgt_in = torch.cat([torch.full((3, 1), BOS), random_ids(g, 3, 5)], dim=1)
-    logits, weights = model(src, lengths, tgt_in, return_weights=True)
+    logits, weights = model.forward_with_attention(src, lengths, tgt_in)
     assert logits.shape == (3, 6, V) and weights.shape == (3, 6, 7)
     torch.testing.assert_close(model(src, lengths, tgt_in), logits)
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, 6))
@@ -104,8 +109,8 @@ def test_outputs_do_not_depend_on_what_fills_the_padding():
     other = src.clone()
     other[beyond] = random_ids(g, int(beyond.sum()))
     tgt_in = torch.cat([torch.full((3, 1), BOS), random_ids(g, 3, 4)], dim=1)
-    logits, weights = model(src, lengths, tgt_in, return_weights=True)
-    logits2, weights2 = model(other, lengths, tgt_in, return_weights=True)
+    logits, weights = model.forward_with_attention(src, lengths, tgt_in)
+    logits2, weights2 = model.forward_with_attention(other, lengths, tgt_in)
     torch.testing.assert_close(logits, logits2)
     torch.testing.assert_close(weights, weights2)
 
@@ -116,9 +121,11 @@ def test_an_example_alone_equals_the_same_example_in_a_padded_batch(seed):
     model = make_model(seed)
     src, lengths, _ = padded_source(g, [3, 8, 5])
     tgt_in = torch.cat([torch.full((3, 1), BOS), random_ids(g, 3, 6)], dim=1)
-    logits, weights = model(src, lengths, tgt_in, return_weights=True)
+    logits, weights = model.forward_with_attention(src, lengths, tgt_in)
     for b, n in enumerate(lengths.tolist()):
-        alone, alone_w = model(src[b : b + 1, :n], lengths[b : b + 1], tgt_in[b : b + 1], True)
+        alone, alone_w = model.forward_with_attention(
+            src[b : b + 1, :n], lengths[b : b + 1], tgt_in[b : b + 1]
+        )
         torch.testing.assert_close(logits[b], alone[0])
         torch.testing.assert_close(weights[b, :, :n], alone_w[0])
 
@@ -129,7 +136,7 @@ def test_teacher_forced_forward_equals_the_step_by_step_decoder():
     model = make_model(4, hidden_dim=12, attn_dim=7)
     src, lengths, _ = padded_source(g, [4, 6])
     tgt_in = torch.cat([torch.full((2, 1), BOS), random_ids(g, 2, 5)], dim=1)
-    logits, weights = model(src, lengths, tgt_in, return_weights=True)
+    logits, weights = model.forward_with_attention(src, lengths, tgt_in)
     states, hidden = model.encoder(src, lengths)
     mask = lengths_to_mask(lengths, src.shape[1])
     for t in range(tgt_in.shape[1]):
@@ -171,13 +178,13 @@ def test_gradients_reach_every_parameter():
 
 def test_encoder_is_the_seq2seq_encoder():
     model = make_model(0)
-    assert type(model.encoder) is seq2seq.Encoder
-    plain = seq2seq.Seq2Seq(V, 8, 16, PAD, BOS, EOS)
+    assert type(model.encoder) is seq2seq.GRUEncoder
+    plain = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=16))
     model.encoder.load_state_dict(plain.encoder.state_dict())  # strict: the same parameters
 
 
 def test_separate_target_vocabulary():
-    model = AttentionSeq2Seq(V, 8, 16, PAD, BOS, EOS, tgt_vocab_size=V + 4)
+    model = AttentionSeq2Seq(BahdanauConfig(V, V + 4, emb_dim=8, hidden_dim=16))
     src, lengths = torch.tensor([[3, 4, 5]]), torch.tensor([3])
     assert model(src, lengths, torch.tensor([[BOS, 12]])).shape == (1, 2, V + 4)
 
@@ -196,7 +203,8 @@ def test_greedy_decode_equals_teacher_forcing_fed_its_own_output(seed):
             p.mul_(3.0)
     src, lengths, beyond = padded_source(g, [5, 3, 8])
     max_len = 10
-    got, got_w = model.greedy_decode(src, lengths, max_len=max_len)
+    out = greedy_decode(model, Batch(src, lengths, src, src), max_steps=max_len)
+    got, got_w = out.ids, out.weights
     assert got.dtype == torch.long and got_w.shape == (3, got.shape[1], 8)
 
     prefix = torch.full((3, 1), BOS)
@@ -204,7 +212,7 @@ def test_greedy_decode_equals_teacher_forcing_fed_its_own_output(seed):
         for _ in range(max_len):
             nxt = model(src, lengths, prefix)[:, -1].argmax(-1)  # (B,)
             prefix = torch.cat([prefix, nxt[:, None]], dim=1)
-        _, ref_w = model(src, lengths, prefix[:, :-1], return_weights=True)  # (B, max_len, S)
+        _, ref_w = model.forward_with_attention(src, lengths, prefix[:, :-1])  # (B, max_len, S)
     expected = prefix[:, 1:]
     ends = [r.index(EOS) + 1 if EOS in r else max_len for r in expected.tolist()]
     for i, n in enumerate(ends):
@@ -223,7 +231,7 @@ def test_accuracy_by_length_accepts_the_attention_model():
     acc = accuracy_by_length(model, data, batch_size=6, device="cpu")
     hits: dict[int, list[bool]] = {}
     for src, tgt in zip(data.src, data.tgt, strict=True):
-        pred, _ = model.greedy_decode(torch.tensor([src]), torch.tensor([len(src)]), len(tgt) + 1)
+        pred = greedy_decode(model, make_batch([(src, tgt)], VOCAB), len(tgt) + 1).ids
         ok = exact_match(pred, torch.tensor([tgt + [EOS]]), EOS, PAD)
         hits.setdefault(len(src), []).append(bool(ok))
     assert acc == {n: sum(h) / len(h) for n, h in sorted(hits.items())}
@@ -309,8 +317,10 @@ def _dec_call(**override):
             lambda m: m(torch.zeros(2, 3).long(), torch.tensor([3, 3]), torch.zeros(3, 2).long()),
             "tgt_in",
         ),
-        (lambda m: m.greedy_decode(torch.zeros(2, 3).long(), torch.tensor([3, 3]), 0), "max_len"),
-        (lambda m: m.greedy_decode(torch.zeros(2, 3).long(), torch.tensor([0, 3]), 4), "src_len"),
+        (
+            lambda m: m.start(Batch(*[torch.zeros(2, 3).long()], torch.tensor([0, 3]), None, None)),
+            "src_len",
+        ),
         (lambda m: _dec_call(hidden=torch.zeros(3, 6)), "hidden"),
         (lambda m: _dec_call(hidden=torch.zeros(2, 5)), "hidden"),
         (lambda m: _dec_call(enc_states=torch.zeros(2, 4)), "enc_states"),

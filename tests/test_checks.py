@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_utils import attention, exercises, seq2seq
+from course_utils import attention, exercises, metrics
 from course_utils.exercises import nb01, nb02
 
 
@@ -81,7 +81,7 @@ EXERCISES = [
     ),
     (
         nb01.check_exact_match,
-        seq2seq.exact_match,
+        metrics.exact_match,
         lambda p, t, eos, pad: (p[:, : t.shape[1]] == t[:, : p.shape[1]]).all(1),  # ignores <eos>
     ),
     (

@@ -2,7 +2,7 @@
 
 import pytest
 
-from course_utils.corpus import UNK, build_vocab, load_corpus, read_pairs, tokenize
+from course_utils.apps.corpus import UNK, build_vocab, load_corpus, read_pairs, tokenize
 from course_utils.data import length_bucketed_batches
 
 GOOD = (
@@ -39,11 +39,11 @@ def test_read_pairs_well_formed_file(good):
 
 
 def test_length_filter_keeps_pairs_whose_both_sides_fit(good):
-    pairs = read_pairs(good, min_len=3, max_len=4)
+    pairs = read_pairs(good, min_tokens=3, max_tokens=4)
     assert [len(s) for s, _ in pairs] == [3, 4, 4]
     for s, t in pairs:
         assert 3 <= len(s) <= 4 and 3 <= len(t) <= 4
-    assert len(read_pairs(good, max_len=100)) == 5
+    assert len(read_pairs(good, max_tokens=100)) == 5
 
 
 def test_columns_can_be_chosen(good):
@@ -69,10 +69,10 @@ def test_malformed_line_names_number_and_content(tmp_path, bad_line, message):
 
 
 def test_bad_arguments(good):
-    with pytest.raises(ValueError, match="min_len"):
-        read_pairs(good, min_len=0)
-    with pytest.raises(ValueError, match="min_len"):
-        read_pairs(good, min_len=5, max_len=3)
+    with pytest.raises(ValueError, match="min_tokens"):
+        read_pairs(good, min_tokens=0)
+    with pytest.raises(ValueError, match="min_tokens"):
+        read_pairs(good, min_tokens=5, max_tokens=3)
     with pytest.raises(ValueError, match="column"):
         read_pairs(good, src_column=1, tgt_column=1)
     with pytest.raises(ValueError, match="min_freq"):
@@ -112,4 +112,4 @@ def test_load_corpus_with_given_vocabularies_maps_new_words_to_unk(good, tmp_pat
 
 def test_load_corpus_empty_after_filtering(good):
     with pytest.raises(ValueError, match="no sentence pair"):
-        load_corpus(good, min_len=50)
+        load_corpus(good, min_tokens=50)

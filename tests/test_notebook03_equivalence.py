@@ -7,7 +7,7 @@ from torch import nn
 from course_utils import bahdanau, data
 from course_utils.attention import AdditiveScore, masked_softmax
 from course_utils.data import lengths_to_mask
-from course_utils.seq2seq import Encoder
+from course_utils.seq2seq import GRUEncoder
 
 from notebook_cells import from_scratch_cells, run_from_scratch_cells
 
@@ -21,7 +21,7 @@ def nb():
         "nn": nn,
         "AdditiveScore": AdditiveScore,
         "masked_softmax": masked_softmax,
-        "Encoder": Encoder,
+        "GRUEncoder": GRUEncoder,
     }
     return run_from_scratch_cells(NOTEBOOK, namespace)
 
@@ -55,10 +55,12 @@ def test_notebook_model_equals_library_on_padded_batches(nb, seed):
     args = (len(vocab), 8, 12, vocab.pad_id, vocab.bos_id, vocab.eos_id, 5)
     torch.manual_seed(seed)
     ours = nb["AttentionSeq2Seq"](*args)
-    lib = bahdanau.AttentionSeq2Seq(*args)
+    lib = bahdanau.AttentionSeq2Seq(
+        bahdanau.BahdanauConfig.from_vocab(vocab, emb_dim=8, hidden_dim=12, attn_dim=5)
+    )
     lib.load_state_dict(ours.state_dict())  # strict: the parameter names must match too
-    logits, weights = ours(batch.src, batch.src_len, batch.tgt_in, return_weights=True)
-    lib_logits, lib_weights = lib(batch.src, batch.src_len, batch.tgt_in, return_weights=True)
+    logits, weights = ours.forward_with_attention(batch.src, batch.src_len, batch.tgt_in)
+    lib_logits, lib_weights = lib.forward_with_attention(batch.src, batch.src_len, batch.tgt_in)
     torch.testing.assert_close(logits, lib_logits)
     torch.testing.assert_close(weights, lib_weights)
     torch.testing.assert_close(ours(batch.src, batch.src_len, batch.tgt_in), lib_logits)

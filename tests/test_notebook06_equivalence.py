@@ -14,10 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils import training
+from course_utils import decoding, training
 from course_utils import transformer as lib
 from course_utils import transformer_seq2seq as s2s
 from course_utils.attention import MultiHeadAttention, causal_mask
+from course_utils.data import letter_vocab, make_batch
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -151,7 +152,8 @@ def test_noam_rate_equals_library(nb):
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 def test_beam_search_equals_library(nb, beam_size, length_penalty):
     torch.manual_seed(4)
-    config = s2s.TransformerConfig(8, 8, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
+    vocab = letter_vocab(5)  # 8 tokens
+    config = s2s.TransformerConfig.from_vocab(vocab, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
     model = s2s.TransformerSeq2Seq(config).eval()
     with torch.no_grad():  # make <eos> likely enough that hypotheses finish at various lengths
         model.out.weight[model.eos_id] *= 3
@@ -159,6 +161,7 @@ def test_beam_search_equals_library(nb, beam_size, length_penalty):
     for n in (2, 4, 6):
         src = torch.randint(3, 8, (n,), generator=g)
         ours = nb["beam_search"](model, src, 7, beam_size, length_penalty)
-        theirs = model.beam_search(src[None], torch.tensor([n]), 7, beam_size, length_penalty)[0]
+        batch = make_batch([(src.tolist(), [])], vocab)
+        theirs = decoding.beam_search(model, batch, 7, beam_size, length_penalty).ids[0]
         assert ours == theirs[: len(ours)].tolist()
         assert (theirs[len(ours) :] == model.pad_id).all()

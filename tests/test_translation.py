@@ -1,12 +1,11 @@
 """The synthetic language pair: determinism, valid gold alignments, the target grammar, splits."""
 
 import pytest
+import sacrebleu
 import torch
 
-from course_utils import translation
-from course_utils.data import length_bucketed_batches, make_batch
-from course_utils.seq2seq import Seq2Seq, seq2seq_loss
-from course_utils.translation import (
+from course_utils.apps import translation
+from course_utils.apps.translation import (
     ADJECTIVES,
     INTRANSITIVE,
     NOUNS,
@@ -17,6 +16,9 @@ from course_utils.translation import (
     make_pairs,
     make_splits,
 )
+from course_utils.data import length_bucketed_batches, make_batch
+from course_utils.decoding import greedy_decode
+from course_utils.seq2seq import Seq2Seq, Seq2SeqConfig, seq2seq_loss
 
 PAIRS = make_pairs(400, seed=5)
 
@@ -207,11 +209,40 @@ def _shifted_vocab():
 def test_seq2seq_with_its_own_target_vocabulary():
     data = make_splits(8, 2, 2, seed=0)["train"]
     sv, tv = data.src_vocab, data.tgt_vocab
-    model = Seq2Seq(len(sv), 8, 12, tv.pad_id, tv.bos_id, tv.eos_id, tgt_vocab_size=len(tv))
+    model = Seq2Seq(Seq2SeqConfig.from_vocab(sv, tv, emb_dim=8, hidden_dim=12))
     batch = make_batch([data[i] for i in range(4)], tv)
     logits = model(batch.src, batch.src_len, batch.tgt_in)
     assert logits.shape == (*batch.tgt_in.shape, len(tv))
     assert model.encoder.embedding.num_embeddings == len(sv)
     assert torch.isfinite(seq2seq_loss(model, batch))
-    # the default keeps one vocabulary, as before
-    assert Seq2Seq(10, 4, 6, 0, 1, 2).decoder.out.out_features == 10
+    # from_vocab with one vocabulary uses it on both sides
+    assert Seq2Seq(Seq2SeqConfig.from_vocab(sv)).decoder.out.out_features == len(sv)
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_the_application_protocol(attention):
+    splits = make_splits(60, 5, 12, lengths=range(4, 8), seed=1)
+    torch.manual_seed(0)
+    model = translation.build_model(attention)
+    assert hasattr(model, "start") and hasattr(model, "step")
+    assert (
+        (model.decoder.attention is not None)
+        if attention
+        else not hasattr(model.decoder, "attention")
+    )
+    test = splits["test"]
+    scores = translation.evaluate(model, test, batch_size=5)
+    # the reference: each sentence decoded alone, scored by sacrebleu directly
+    hyps, hits = [], 0
+    for i in range(len(test)):
+        one = make_batch([test[i]], test.vocab)
+        ids = greedy_decode(model, one, 2 * len(test.src[i]) + 5).ids[0].tolist()
+        hyps.append(detokenize(test.vocab.decode(ids)))
+        hits += ids[: len(test.tgt[i]) + 1] == test.tgt[i] + [test.vocab.eos_id]
+    refs = [detokenize(p.tgt) for p in test.pairs]
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    assert scores["exact_match"] == hits / len(test)
+    with pytest.raises(TypeError, match="attention"):
+        translation.build_model("yes")
+    with pytest.raises(TypeError, match="data"):
+        translation.evaluate(model, [])

@@ -2,7 +2,7 @@
 
 ``check_gru_cell_step`` compares one hand-written GRU step with ``nn.GRUCell`` holding the
 same weights; ``check_exact_match`` compares a sequence-level exact-match metric with
-``seq2seq.exact_match`` (cut at ``<eos>``, padding ignored, widths that differ).
+``metrics.exact_match`` (cut at ``<eos>``, padding ignored, widths that differ).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from course_utils import seq2seq
+from course_utils import metrics
 from course_utils.exercises import check_function, seeded
 
 
@@ -78,7 +78,7 @@ def check_exact_match(fn: Callable) -> None:
     cases.append((pred_wider, target, eos, pad))
     check_function(
         fn,
-        seq2seq.exact_match,
+        metrics.exact_match,
         cases,
         name="exact_match",
         hint="cut both sequences at their first <eos> (replace it and everything after it by "

@@ -3,7 +3,7 @@
 ``check_attention_read`` compares one additive-attention read, ``(context, weights)`` with
 padding weighted exactly 0, with ``bahdanau.attend`` around an ``attention.AdditiveScore``
 holding the given matrices; ``check_alignment_accuracy`` compares the share of counted steps
-whose most-attended source position is the gold one with ``bahdanau.alignment_accuracy``.
+whose most-attended source position is the gold one with ``alignment.alignment_accuracy``.
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from collections.abc import Callable
 
 import torch
 
-from course_utils import attention, bahdanau
+from course_utils import alignment, attention, bahdanau
+from course_utils.data import lengths_to_mask
 from course_utils.exercises import check_function, seeded
 
 
 def _attention_read_reference(query, enc_states, src_mask, W_q, W_k, v):
-    """``bahdanau.attend`` with an ``AdditiveScore`` holding ``W_q (A, H)``, ``W_k (A, K)``, ``v (A,)``."""
-    A, H = W_q.shape
-    score = attention.AdditiveScore(query_dim=H, key_dim=W_k.shape[1], hidden_dim=A)
+    """``bahdanau.attend`` with an ``AdditiveScore`` holding ``W_q (A, R)``, ``W_k (A, C)``, ``v (A,)``."""
+    A, R = W_q.shape
+    score = attention.AdditiveScore(query_dim=R, key_dim=W_k.shape[1], hidden_dim=A)
     with torch.no_grad():
         score.w_q.weight.copy_(W_q)
         score.w_k.weight.copy_(W_k)
@@ -30,19 +31,19 @@ def _attention_read_reference(query, enc_states, src_mask, W_q, W_k, v):
 def check_attention_read(fn: Callable) -> None:
     """Check ``attention_read(query, enc_states, src_mask, W_q, W_k, v)`` -> ``(context, weights)``.
 
-    ``query (B, H)``, ``enc_states (B, S, K)``, ``src_mask (B, S)`` boolean (True = real
-    token), ``W_q (A, H)``, ``W_k (A, K)``, ``v (A,)``; ``context (B, K)``, ``weights (B, S)``.
+    ``query (B, R)``, ``enc_states (B, S, C)``, ``src_mask (B, S)`` boolean (True = real
+    token), ``W_q (A, R)``, ``W_k (A, C)``, ``v (A,)``; ``context (B, C)``, ``weights (B, S)``.
     """
     g = seeded(30)
 
-    def case(B, S, H, K, A, lengths):
-        src_mask = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]  # (B, S)
+    def case(B, S, R, C, A, lengths):
+        src_mask = lengths_to_mask(torch.tensor(lengths), S)  # (B, S)
         return (
-            torch.randn(B, H, generator=g),
-            torch.randn(B, S, K, generator=g),
+            torch.randn(B, R, generator=g),
+            torch.randn(B, S, C, generator=g),
             src_mask,
-            torch.randn(A, H, generator=g),
-            torch.randn(A, K, generator=g),
+            torch.randn(A, R, generator=g),
+            torch.randn(A, C, generator=g),
             torch.randn(A, generator=g),
         )
 
@@ -82,7 +83,7 @@ def check_alignment_accuracy(fn: Callable) -> None:
 
     check_function(
         as_tensor(fn),
-        as_tensor(bahdanau.alignment_accuracy),
+        as_tensor(alignment.alignment_accuracy),
         cases,
         name="alignment_accuracy",
         hint="weights.argmax(dim=-1) is the most-attended position per step, (B, T); compare it "

@@ -1,66 +1,21 @@
-"""BLEU through sacrebleu, and alignment error rate against hand-worked cases."""
+"""Alignments: alignment error rate against hand-worked cases, the baselines, and
+alignment accuracy against a per-step count."""
 
 import random
 
 import pytest
-import sacrebleu
 import torch
 
-from course_utils import mt_metrics
-from course_utils.exercises import nb07
-from course_utils.mt_metrics import (
+from course_utils import alignment
+from course_utils.alignment import (
+    alignment_accuracy,
     alignment_error_rate,
     attention_to_alignment,
-    bleu_by_length,
-    corpus_bleu,
     diagonal_alignment,
     random_alignment,
 )
 
-WORDS = "miro kaba tulo pela dase gora nimi ena ki mira kesa".split()
 
-
-def _random_corpus(seed, n=30):
-    rng = random.Random(seed)
-    refs, hyps = [], []
-    for _ in range(n):
-        ref = [rng.choice(WORDS) for _ in range(rng.randint(3, 12))]
-        hyp = [w if rng.random() < 0.7 else rng.choice(WORDS) for w in ref]
-        hyp = hyp[: rng.randint(2, len(hyp))]
-        refs.append(" ".join(ref))
-        hyps.append(" ".join(hyp))
-    return hyps, refs
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_corpus_bleu_equals_sacrebleu(seed):
-    hyps, refs = _random_corpus(seed)
-    assert corpus_bleu(hyps, refs) == sacrebleu.corpus_bleu(hyps, [refs]).score
-
-
-def test_bleu_by_length_equals_sacrebleu_on_each_bucket():
-    hyps, refs = _random_corpus(9, n=40)
-    lengths = [len(r.split()) for r in refs]
-    buckets = [(3, 6), (7, 9), (10, 12)]
-    got = bleu_by_length(hyps, refs, lengths, buckets)
-    for lo, hi in buckets:
-        inside = [i for i, n in enumerate(lengths) if lo <= n <= hi]
-        expected = sacrebleu.corpus_bleu([hyps[i] for i in inside], [[refs[i] for i in inside]])
-        assert got[(lo, hi)] == expected.score
-
-
-def test_bleu_bad_input():
-    with pytest.raises(ValueError, match="one entry per sentence"):
-        corpus_bleu(["a b"], ["a b", "c"])
-    with pytest.raises(TypeError, match="hypotheses"):
-        corpus_bleu("a b", "a b")
-    with pytest.raises(ValueError, match="empty"):
-        corpus_bleu([], [])
-    with pytest.raises(ValueError, match="holds no sentence"):
-        bleu_by_length(["a"], ["a"], [3], [(5, 9)])
-
-
-# --- AER: hand-worked cases -------------------------------------------------------------
 def test_aer_perfect_and_disjoint():
     gold = [{(0, 0), (1, 2), (2, 1)}]
     assert alignment_error_rate(gold, gold) == 0.0
@@ -139,34 +94,33 @@ def test_diagonal_and_random_baselines():
 
 
 def test_module_doc_states_the_formula():
-    assert "1 - (|A & S| + |A & P|) / (|A| + |S|)" in mt_metrics.__doc__
+    assert "1 - (|A & S| + |A & P|) / (|A| + |S|)" in alignment.__doc__
 
 
-# --- the exercise references agree with sacrebleu's own statistics ----------------------
 @pytest.mark.parametrize("seed", range(3))
-def test_exercise_references_match_sacrebleu_statistics(seed):
-    hyps, refs = _random_corpus(seed, n=1)
-    stats = sacrebleu.corpus_bleu(hyps, [refs])
-    h, r = hyps[0].split(), refs[0].split()
-    for n in range(1, 5):
-        assert nb07._modified_precision_reference(h, r, n) == (
-            stats.counts[n - 1],
-            stats.totals[n - 1],
-        )
-    assert nb07._brevity_penalty_reference(len(h), len(r)) == pytest.approx(stats.bp)
+def test_alignment_accuracy_counts_the_steps_whose_argmax_is_gold(seed):
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.rand(4, 6, 5, generator=g).softmax(-1)  # (B, T, S)
+    gold = torch.randint(-1, 5, (4, 6), generator=g)
+    gold[0, 0] = 2  # at least one counted step
+    hits = steps = 0
+    for b in range(4):
+        for t in range(6):
+            if gold[b, t] >= 0:
+                steps += 1
+                hits += int(max(range(5), key=lambda s: weights[b, t, s].item()) == gold[b, t])
+    assert alignment_accuracy(weights, gold) == pytest.approx(hits / steps)
 
 
-def test_exercise_checkers_accept_the_references_and_reject_a_wrong_answer(capsys):
-    nb07.check_modified_precision(nb07._modified_precision_reference)
-    nb07.check_brevity_penalty(nb07._brevity_penalty_reference)
-
-    def unclipped(hyp, ref, n):
-        grams = [tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1)]
-        refs = {tuple(ref[i : i + n]) for i in range(len(ref) - n + 1)}
-        return sum(g in refs for g in grams), len(grams)
-
-    with pytest.raises(AssertionError):
-        nb07.check_modified_precision(unclipped)
-    assert "FAILED" in capsys.readouterr().out
-    with pytest.raises(AssertionError):
-        nb07.check_brevity_penalty(lambda c, r: min(1.0, c / r))
+@pytest.mark.parametrize(
+    "weights, gold, error, match",
+    [
+        (torch.rand(2, 3), torch.zeros(2, 3).long(), ValueError, "weights"),
+        (torch.rand(2, 3, 4), torch.zeros(2, 3), TypeError, "gold"),
+        (torch.rand(2, 3, 4), torch.zeros(2, 4).long(), ValueError, "gold"),
+        (torch.rand(2, 3, 4), torch.full((2, 3), -1), ValueError, "no step"),
+    ],
+)
+def test_alignment_accuracy_bad_input(weights, gold, error, match):
+    with pytest.raises(error, match=match):
+        alignment_accuracy(weights, gold)

@@ -26,8 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from course_utils.data import SPECIALS, Vocab
-from course_utils.translation import TranslationPairs
+from course_utils.data import SPECIALS, TranslationPairs, Vocab
 
 UNK = "<unk>"
 # A word (letters, digits, inner apostrophes as in "don't" or "j'ai") or one punctuation mark.
@@ -47,20 +46,22 @@ def tokenize(text: str, lowercase: bool = True) -> list[str]:
 
 def read_pairs(
     path: str | Path,
-    min_len: int = 1,
-    max_len: int | None = None,
+    min_tokens: int = 1,
+    max_tokens: int | None = None,
     lowercase: bool = True,
     src_column: int = 0,
     tgt_column: int = 1,
 ) -> list[tuple[list[str], list[str]]]:
     """Tokenised ``(source, target)`` pairs from a tab-separated file (UTF-8).
 
-    Blank lines are skipped. A pair is kept when both sides have ``min_len`` to ``max_len``
+    Blank lines are skipped. A pair is kept when both sides have ``min_tokens`` to ``max_tokens``
     tokens (``None``: no upper limit). A line with too few columns, or an empty source or
     target, raises ``ValueError`` with its line number and content.
     """
-    if min_len < 1 or (max_len is not None and max_len < min_len):
-        raise ValueError(f"need 1 <= min_len <= max_len, got min_len {min_len}, max_len {max_len}")
+    if min_tokens < 1 or (max_tokens is not None and max_tokens < min_tokens):
+        raise ValueError(
+            f"need 1 <= min_tokens <= max_tokens, got min_tokens {min_tokens}, max_tokens {max_tokens}"
+        )
     if src_column == tgt_column or min(src_column, tgt_column) < 0:
         raise ValueError(
             f"src_column and tgt_column must be different non-negative column numbers, got "
@@ -85,7 +86,7 @@ def read_pairs(
             if not src or not tgt:
                 side = "source" if not src else "target"
                 raise ValueError(f"{path.name}, line {number}: empty {side} sentence: {line!r}")
-            if all(min_len <= len(x) <= (max_len or len(x)) for x in (src, tgt)):
+            if all(min_tokens <= len(x) <= (max_tokens or len(x)) for x in (src, tgt)):
                 pairs.append((src, tgt))
     return pairs
 
@@ -125,8 +126,8 @@ def build_vocab(sentences: Sequence[Sequence[str]], min_freq: int = 1) -> UnkVoc
 def load_corpus(
     path: str | Path,
     min_freq: int = 1,
-    min_len: int = 1,
-    max_len: int | None = None,
+    min_tokens: int = 1,
+    max_tokens: int | None = None,
     src_vocab: UnkVocab | None = None,
     tgt_vocab: UnkVocab | None = None,
 ) -> TranslationPairs:
@@ -136,7 +137,7 @@ def load_corpus(
     vocabularies when loading a test file). ``.pairs`` of the result is empty: a real corpus
     has no gold alignment.
     """
-    pairs = read_pairs(path, min_len=min_len, max_len=max_len)
+    pairs = read_pairs(path, min_tokens=min_tokens, max_tokens=max_tokens)
     if not pairs:
         raise ValueError(f"{Path(path).name}: no sentence pair left after length filtering")
     src_vocab = src_vocab or build_vocab([s for s, _ in pairs], min_freq)

@@ -1,18 +1,21 @@
-"""Measuring translations and alignments: BLEU (through sacrebleu) and alignment error rate.
+"""How well attention lines up with where it should look: alignments and their scores.
 
-- :func:`corpus_bleu` is sacrebleu's corpus BLEU on detokenised strings (one reference per
-  sentence); :func:`bleu_by_length` splits a test set into source-length buckets first.
-- An *alignment* is a set of ``(source index, target index)`` links. :func:`attention_to_alignment`
-  turns a ``(T, S)`` attention matrix into one (each target token links to the source token it
-  attends to most), and :func:`alignment_error_rate` compares alignments with gold ones
-  (Och & Ney, 2003): with predicted links ``A``, sure gold links ``S`` and possible gold links
-  ``P`` (``S`` is a subset of ``P``)::
+- :func:`alignment_accuracy`: on a task whose right source position is known at every
+  output step (reversal: step ``t`` of an input of length ``n`` reads ``n - 1 - t``), the
+  share of steps whose most-attended position is that one.
+- An *alignment* is a set of ``(source index, target index)`` links.
+  :func:`attention_to_alignment` turns a ``(T, S)`` attention matrix into one (each target
+  token links to the source token it attends to most), and :func:`alignment_error_rate`
+  compares alignments with gold ones (Och & Ney, 2003): with predicted links ``A``, sure gold
+  links ``S`` and possible gold links ``P`` (``S`` is a subset of ``P``)::
 
       AER = 1 - (|A & S| + |A & P|) / (|A| + |S|)
 
   0 is perfect, 1 shares no link with the gold alignment.
 - :func:`diagonal_alignment` and :func:`random_alignment` are the baselines a learned
   alignment must beat.
+
+Shapes follow the legend in :mod:`course_utils`.
 """
 
 from __future__ import annotations
@@ -20,77 +23,44 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 
-import sacrebleu
 import torch
+
+from course_utils._validate import check_ids
 
 Alignment = set[tuple[int, int]]
 
 
 # ---------------------------------------------------------------------------------------
-# BLEU
+# Attention against a known position per step
 # ---------------------------------------------------------------------------------------
-def _check_strings(name: str, x: object) -> list[str]:
-    if isinstance(x, str) or not isinstance(x, Sequence):
-        raise TypeError(
-            f"{name} must be a list of strings (one per sentence), got {type(x).__name__}"
-        )
-    if not all(isinstance(s, str) for s in x):
-        raise TypeError(f"{name} must hold strings only")
-    return list(x)
+def alignment_accuracy(weights: torch.Tensor, gold: torch.Tensor) -> float:
+    """Share of decoding steps whose most-attended source position is the gold one.
 
+    ``weights`` (B, T, S) are attention weights; ``gold`` (B, T) long holds the source
+    position each output step should look at, or ``-1`` for steps that do not count (e.g.
+    ``<eos>`` and padding). For the reverse task, step ``t`` of an input of length ``n``
+    should look at position ``n - 1 - t``.
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Corpus BLEU (0-100) of detokenised ``hypotheses`` against one reference each.
-
-    This is ``sacrebleu.corpus_bleu(hypotheses, [references]).score`` with sacrebleu's
-    defaults (13a tokenisation, 4-grams, brevity penalty), so scores compare with published
-    ones computed the same way.
-
-    >>> round(corpus_bleu(["the cat sat on the mat"], ["the cat sat on the mat"]), 6)
-    100.0
-    >>> round(corpus_bleu(["the cat sat on a mat"], ["the cat sat on the mat"]), 1)
-    53.7
+    >>> w = torch.tensor([[[0.1, 0.9], [0.8, 0.2], [0.5, 0.5]]])  # (1, 3, 2)
+    >>> alignment_accuracy(w, torch.tensor([[1, 1, -1]]))  # step 0 right, step 1 wrong
+    0.5
     """
-    hypotheses = _check_strings("hypotheses", hypotheses)
-    references = _check_strings("references", references)
-    if len(hypotheses) != len(references):
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 3:
         raise ValueError(
-            f"hypotheses and references must have one entry per sentence, got "
-            f"{len(hypotheses)} and {len(references)}"
+            f"weights must be a 3-D tensor (B, T, S), got shape "
+            f"{tuple(getattr(weights, 'shape', ()))}"
         )
-    if not hypotheses:
-        raise ValueError("hypotheses must not be empty")
-    return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
-
-
-def bleu_by_length(
-    hypotheses: Sequence[str],
-    references: Sequence[str],
-    src_lengths: Sequence[int],
-    buckets: Sequence[tuple[int, int]],
-) -> dict[tuple[int, int], float]:
-    """Corpus BLEU per bucket of source lengths: ``{(lo, hi): bleu}``, both ends included.
-
-    >>> scores = bleu_by_length(["a b c d", "x y"], ["a b c d", "x z"], [4, 2], [(1, 3), (4, 6)])
-    >>> {bucket: round(bleu, 6) for bucket, bleu in scores.items()}
-    {(1, 3): 0.0, (4, 6): 100.0}
-    """
-    hypotheses = _check_strings("hypotheses", hypotheses)
-    references = _check_strings("references", references)
-    if not len(hypotheses) == len(references) == len(src_lengths):
+    check_ids("gold", gold)
+    if gold.shape != weights.shape[:2]:
         raise ValueError(
-            f"hypotheses, references and src_lengths must have the same length, got "
-            f"{len(hypotheses)}, {len(references)} and {len(src_lengths)}"
+            f"gold must have shape (B, T) = {tuple(weights.shape[:2])} to match weights "
+            f"{tuple(weights.shape)}, got {tuple(gold.shape)}"
         )
-    out = {}
-    for lo, hi in buckets:
-        inside = [i for i, n in enumerate(src_lengths) if lo <= n <= hi]
-        if not inside:
-            raise ValueError(f"bucket ({lo}, {hi}) holds no sentence")
-        out[(lo, hi)] = corpus_bleu(
-            [hypotheses[i] for i in inside], [references[i] for i in inside]
-        )
-    return out
+    counted = gold >= 0  # (B, T)
+    if not bool(counted.any()):
+        raise ValueError("gold marks no step to count (every entry is -1)")
+    hits = (weights.argmax(dim=-1) == gold) & counted  # (B, T)
+    return hits.sum().item() / counted.sum().item()
 
 
 # ---------------------------------------------------------------------------------------

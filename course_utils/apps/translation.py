@@ -44,7 +44,14 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from course_utils.data import SPLITS, SequencePairs, Vocab
+import torch
+from torch import nn
+
+from course_utils.bahdanau import AttentionSeq2Seq, BahdanauConfig
+from course_utils.data import SPLITS, TranslationPairs, Vocab, make_batch
+from course_utils.decoding import greedy_decode
+from course_utils.metrics import corpus_bleu, exact_match
+from course_utils.seq2seq import Seq2Seq, Seq2SeqConfig
 
 # ---------------------------------------------------------------------------------------
 # The lexicon: source word(s) -> target word(s)
@@ -330,26 +337,6 @@ def make_pairs(
 # ---------------------------------------------------------------------------------------
 # Id sequences for the models
 # ---------------------------------------------------------------------------------------
-@dataclass
-class TranslationPairs(SequencePairs):
-    """:class:`~course_utils.data.SequencePairs` with separate source and target vocabularies.
-
-    ``vocab`` is the target vocabulary (batches take ``<pad>``, ``<bos>``, ``<eos>`` from it;
-    the specials have the same ids in both). ``pairs`` keeps the tokens and alignments.
-    """
-
-    src_vocab: Vocab | None = None
-    pairs: list[SentencePair] = field(default_factory=list)
-
-    @property
-    def tgt_vocab(self) -> Vocab:
-        return self.vocab
-
-    def show(self, i: int) -> str:
-        src = " ".join(self.src_vocab.decode(self.src[i]))
-        return f"{src} -> {' '.join(self.vocab.decode(self.tgt[i]))}"
-
-
 def to_ids(
     pairs: Sequence[SentencePair], src_vocab: Vocab, tgt_vocab: Vocab, split: str = "train"
 ) -> TranslationPairs:
@@ -386,3 +373,48 @@ def make_splits(
         s: to_ids(make_pairs(sizes[s], seed, lengths, split=s), src_vocab, tgt_vocab, s)
         for s in SPLITS
     }
+
+
+# --- The application protocol of course_utils.apps: make_splits (above), build_model, evaluate
+def build_model(
+    attention: bool, emb_dim: int = 32, hidden_dim: int = 64, attn_dim: int = 32
+) -> nn.Module:
+    """Notebook 07's GRU model from :func:`source_vocab` to :func:`target_vocab`, with
+    additive attention (:class:`~course_utils.bahdanau.AttentionSeq2Seq`) or without."""
+    if not isinstance(attention, bool):
+        raise TypeError(f"attention must be a bool, got {attention!r}")
+    vocabs, sizes = (source_vocab(), target_vocab()), dict(emb_dim=emb_dim, hidden_dim=hidden_dim)
+    if attention:
+        return AttentionSeq2Seq(BahdanauConfig.from_vocab(*vocabs, **sizes, attn_dim=attn_dim))
+    return Seq2Seq(Seq2SeqConfig.from_vocab(*vocabs, **sizes))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: TranslationPairs, batch_size: int = 125) -> dict[str, float]:
+    """Greedy translations of ``data`` -> ``{"bleu": corpus BLEU, "exact_match": share}``.
+
+    Each output may run to ``2 * source length + 5`` tokens, so scores do not depend on
+    ``batch_size``.
+
+    >>> splits = make_splits(40, 5, 5, lengths=range(4, 8), seed=0)
+    >>> sorted(evaluate(build_model(attention=True), splits["test"]))
+    ['bleu', 'exact_match']
+    """
+    if not isinstance(data, TranslationPairs):
+        raise TypeError(f"data must be TranslationPairs, got {type(data).__name__}")
+    device, vocab = next(model.parameters()).device, data.vocab
+    hypotheses, hits = [], 0
+    for start in range(0, len(data), batch_size):
+        batch = make_batch(
+            [data[i] for i in range(start, min(start + batch_size, len(data)))], vocab
+        )
+        batch = batch.to(device)
+        limit = 2 * batch.src_len + 5  # (B,)
+        ids = greedy_decode(model, batch, max_steps=int(limit.max())).ids  # (B, T)
+        ids = ids.masked_fill(
+            torch.arange(ids.shape[1], device=device) >= limit[:, None], vocab.pad_id
+        )
+        hits += int(exact_match(ids, batch.tgt_out, vocab.eos_id, vocab.pad_id).sum())
+        hypotheses += [detokenize(vocab.decode(row)) for row in ids]
+    references = [detokenize(p.tgt) for p in data.pairs]
+    return {"bleu": corpus_bleu(hypotheses, references), "exact_match": hits / len(data)}

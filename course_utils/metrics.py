@@ -1,0 +1,164 @@
+"""How good a model's outputs are: exact match, accuracy by input length, BLEU.
+
+- :func:`exact_match` compares predicted and target ids up to their first ``<eos>``;
+  :func:`accuracy_by_length` greedy-decodes a held-out split (any model that follows
+  :mod:`course_utils.decoding`'s protocol) and reports exact match per source length.
+- :func:`corpus_bleu` is sacrebleu's corpus BLEU on detokenised strings (one reference per
+  sentence); :func:`bleu_by_length` splits a test set into source-length buckets first.
+
+How well attention lines up with gold alignments is :mod:`course_utils.alignment`'s job.
+Shapes follow the legend in :mod:`course_utils`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import sacrebleu
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils._validate import check_ids, check_positive
+from course_utils.data import SequencePairs, batches
+from course_utils.decoding import greedy_decode
+
+
+# ---------------------------------------------------------------------------------------
+# Exact match
+# ---------------------------------------------------------------------------------------
+def _upto_eos(ids: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
+    """Replace the first ``<eos>`` and everything after it with ``<pad>``; (B, L) -> (B, L)."""
+    after = (ids == eos_id).long().cumsum(dim=1) > 0  # (B, L): True from the first <eos> on
+    return ids.masked_fill(after, pad_id)
+
+
+def exact_match(
+    pred_ids: torch.Tensor, target_ids: torch.Tensor, eos_id: int, pad_id: int
+) -> torch.Tensor:
+    """Per example, True when the prediction equals the target up to their first ``<eos>``.
+
+    ``pred_ids`` (B, Lp) and ``target_ids`` (B, Lt) -> bool (B,). The two widths may
+    differ. Tokens from the first ``<eos>`` on are ignored, and so is trailing ``<pad>``; a
+    prediction that never emits ``<eos>`` must still hold exactly the target's tokens.
+
+    >>> exact_match(torch.tensor([[5, 6, 2, 7]]), torch.tensor([[5, 6, 2]]), 2, 0)
+    tensor([True])
+    """
+    check_ids("pred_ids", pred_ids)
+    check_ids("target_ids", target_ids)
+    if pred_ids.shape[0] != target_ids.shape[0]:
+        raise ValueError(
+            f"pred_ids and target_ids must have the same batch size, got "
+            f"{tuple(pred_ids.shape)} and {tuple(target_ids.shape)}"
+        )
+    L = max(pred_ids.shape[1], target_ids.shape[1])
+    pred = F.pad(_upto_eos(pred_ids, eos_id, pad_id), (0, L - pred_ids.shape[1]), value=pad_id)
+    tgt = F.pad(_upto_eos(target_ids, eos_id, pad_id), (0, L - target_ids.shape[1]), value=pad_id)
+    return (pred == tgt).all(dim=1)  # (B, L) -> (B,)
+
+
+@torch.no_grad()
+def accuracy_by_length(
+    model: nn.Module,
+    data: SequencePairs,
+    batch_size: int = 256,
+    device: torch.device | str | None = None,
+) -> dict[int, float]:
+    """Greedy-decode every example of ``data``; exact-match accuracy per source length.
+
+    Returns ``{length: accuracy}`` sorted by length. Give it held-out data (a ``val`` or
+    ``test`` split): accuracy on the training data says little about what was learned.
+    ``model`` is any model that follows the decoding protocol of :mod:`course_utils.decoding`.
+    """
+    if not isinstance(data, SequencePairs):
+        raise TypeError(f"data must be a SequencePairs, got {type(data).__name__}")
+    check_positive("batch_size", batch_size)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    # Sorting by length keeps the padding, and the number of decoding steps, small.
+    order = sorted(range(len(data)), key=lambda i: len(data.src[i]))
+    ordered = SequencePairs(
+        [data.src[i] for i in order],
+        [data.tgt[i] for i in order],
+        data.vocab,
+        data.task,
+        data.split,
+    )
+    correct: dict[int, int] = defaultdict(int)
+    total: dict[int, int] = defaultdict(int)
+    for batch in batches(ordered, batch_size):
+        batch = batch.to(device)
+        pred = greedy_decode(model, batch, max_steps=batch.tgt_out.shape[1] + 1).ids
+        ok = exact_match(pred, batch.tgt_out, model.eos_id, model.pad_id)  # (B,)
+        for length, hit in zip(batch.src_len.tolist(), ok.tolist(), strict=True):
+            correct[length] += int(hit)
+            total[length] += 1
+    return {length: correct[length] / total[length] for length in sorted(total)}
+
+
+# ---------------------------------------------------------------------------------------
+# BLEU
+# ---------------------------------------------------------------------------------------
+def _check_strings(name: str, x: object) -> list[str]:
+    if isinstance(x, str) or not isinstance(x, Sequence):
+        raise TypeError(
+            f"{name} must be a list of strings (one per sentence), got {type(x).__name__}"
+        )
+    if not all(isinstance(s, str) for s in x):
+        raise TypeError(f"{name} must hold strings only")
+    return list(x)
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus BLEU (0-100) of detokenised ``hypotheses`` against one reference each.
+
+    This is ``sacrebleu.corpus_bleu(hypotheses, [references]).score`` with sacrebleu's
+    defaults (13a tokenisation, 4-grams, brevity penalty), so scores compare with published
+    ones computed the same way.
+
+    >>> round(corpus_bleu(["the cat sat on the mat"], ["the cat sat on the mat"]), 6)
+    100.0
+    >>> round(corpus_bleu(["the cat sat on a mat"], ["the cat sat on the mat"]), 1)
+    53.7
+    """
+    hypotheses = _check_strings("hypotheses", hypotheses)
+    references = _check_strings("references", references)
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"hypotheses and references must have one entry per sentence, got "
+            f"{len(hypotheses)} and {len(references)}"
+        )
+    if not hypotheses:
+        raise ValueError("hypotheses must not be empty")
+    return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+
+
+def bleu_by_length(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    src_lengths: Sequence[int],
+    buckets: Sequence[tuple[int, int]],
+) -> dict[tuple[int, int], float]:
+    """Corpus BLEU per bucket of source lengths: ``{(lo, hi): bleu}``, both ends included.
+
+    >>> scores = bleu_by_length(["a b c d", "x y"], ["a b c d", "x z"], [4, 2], [(1, 3), (4, 6)])
+    >>> {bucket: round(bleu, 6) for bucket, bleu in scores.items()}
+    {(1, 3): 0.0, (4, 6): 100.0}
+    """
+    hypotheses = _check_strings("hypotheses", hypotheses)
+    references = _check_strings("references", references)
+    if not len(hypotheses) == len(references) == len(src_lengths):
+        raise ValueError(
+            f"hypotheses, references and src_lengths must have the same length, got "
+            f"{len(hypotheses)}, {len(references)} and {len(src_lengths)}"
+        )
+    out = {}
+    for lo, hi in buckets:
+        inside = [i for i, n in enumerate(src_lengths) if lo <= n <= hi]
+        if not inside:
+            raise ValueError(f"bucket ({lo}, {hi}) holds no sentence")
+        out[(lo, hi)] = corpus_bleu(
+            [hypotheses[i] for i in inside], [references[i] for i in inside]
+        )
+    return out
