@@ -75,3 +75,16 @@ def check_src(src, src_len) -> None:
     """A padded source ``src`` (B, S) long and its lengths ``src_len`` (B,) in 1..S."""
     check_ids("src", src)
     check_lengths("src_len", src_len, src.shape[0], src.shape[1])
+
+
+def check_per_step(name: str, x, ids_name: str, ids, last: str) -> None:
+    """``x`` a 3-D tensor ``(B, T, last)`` and ``ids`` a ``(B, T)`` id tensor, one per step."""
+    check_tensor(name, x)
+    if x.dim() != 3:
+        raise ValueError(f"{name} must be a 3-D tensor (B, T, {last}), got shape {tuple(x.shape)}")
+    check_ids(ids_name, ids)
+    if ids.shape != x.shape[:2]:
+        raise ValueError(
+            f"{ids_name} must have shape (B, T) = {tuple(x.shape[:2])} to match {name} "
+            f"{tuple(x.shape)}, got {tuple(ids.shape)}"
+        )

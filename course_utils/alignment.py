@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from course_utils._validate import check_ids
+from course_utils._validate import check_per_step
 
 Alignment = set[tuple[int, int]]
 
@@ -45,17 +45,7 @@ def alignment_accuracy(weights: torch.Tensor, gold: torch.Tensor) -> float:
     >>> alignment_accuracy(w, torch.tensor([[1, 1, -1]]))  # step 0 right, step 1 wrong
     0.5
     """
-    if not isinstance(weights, torch.Tensor) or weights.dim() != 3:
-        raise ValueError(
-            f"weights must be a 3-D tensor (B, T, S), got shape "
-            f"{tuple(getattr(weights, 'shape', ()))}"
-        )
-    check_ids("gold", gold)
-    if gold.shape != weights.shape[:2]:
-        raise ValueError(
-            f"gold must have shape (B, T) = {tuple(weights.shape[:2])} to match weights "
-            f"{tuple(weights.shape)}, got {tuple(gold.shape)}"
-        )
+    check_per_step("weights", weights, "gold", gold, last="S")
     counted = gold >= 0  # (B, T)
     if not bool(counted.any()):
         raise ValueError("gold marks no step to count (every entry is -1)")

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import check_ids, check_src
+from course_utils._validate import check_ids
 from course_utils.attention import AdditiveScore, masked_softmax
 from course_utils.data import lengths_to_mask
-from course_utils.seq2seq import GRUEncoder, Seq2SeqConfig
+from course_utils.seq2seq import GRUEncoderDecoder, Seq2SeqConfig
 
 State = tuple[torch.Tensor, ...]
 
@@ -187,7 +187,7 @@ class AttentionDecoder(nn.Module):
         return logits, hidden, torch.stack(weights, dim=1)  # (B, T, V), (B, R), (B, T, S)
 
 
-class AttentionSeq2Seq(nn.Module):
+class AttentionSeq2Seq(GRUEncoderDecoder):
     """:class:`~course_utils.seq2seq.Seq2Seq` whose decoder attends over every encoder state.
 
     >>> from course_utils.data import Batch, letter_vocab
@@ -201,13 +201,11 @@ class AttentionSeq2Seq(nn.Module):
     (2, 3, 0.0)
     """
 
+    config_type = BahdanauConfig
+
     def __init__(self, config: BahdanauConfig):
-        super().__init__()
-        if not isinstance(config, BahdanauConfig):
-            raise TypeError(f"config must be a BahdanauConfig, got {type(config).__name__}")
-        c = self.config = config
-        self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
-        self.encoder = GRUEncoder(c.src_vocab_size, c.emb_dim, c.hidden_dim, c.pad_id)
+        super().__init__(config)  # the config, the ids and the encoder, built first
+        c = config
         self.decoder = AttentionDecoder(
             c.tgt_vocab_size,
             c.emb_dim,
@@ -221,13 +219,7 @@ class AttentionSeq2Seq(nn.Module):
         self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing -> ``(logits (B, T, V), weights (B, T, S))``."""
-        check_src(src, src_len)
-        check_ids("tgt_in", tgt_in)
-        if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(
-                f"tgt_in and src must have the same batch size, got tgt_in "
-                f"{tuple(tgt_in.shape)} and src {tuple(src.shape)}"
-            )
+        self.check_inputs(src, src_len, tgt_in)
         states, final = self.encoder(src, src_len)  # (B, S, R), (B, R)
         src_mask = lengths_to_mask(src_len, src.shape[1])  # (B, S)
         logits, _, weights = self.decoder(tgt_in, final, states, src_mask)

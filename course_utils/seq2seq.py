@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils._validate import check_ids, check_src
+from course_utils._validate import check_ids, check_per_step, check_src
 from course_utils.data import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 
 State = tuple[torch.Tensor, ...]
@@ -107,7 +107,35 @@ class GRUDecoder(nn.Module):
         return self.out(outputs), h[0]  # (B, T, V), (B, R)
 
 
-class Seq2Seq(nn.Module):
+class GRUEncoderDecoder(nn.Module):
+    """What the course's GRU encoder-decoders share: a checked config, the special-token ids,
+    the :class:`GRUEncoder`, and the input checks of a teacher-forced forward pass."""
+
+    config_type: type = Seq2SeqConfig
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        if not isinstance(config, self.config_type):
+            raise TypeError(
+                f"config must be a {self.config_type.__name__}, got {type(config).__name__}"
+            )
+        c = self.config = config
+        self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
+        self.encoder = GRUEncoder(c.src_vocab_size, c.emb_dim, c.hidden_dim, c.pad_id)
+
+    @staticmethod
+    def check_inputs(src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor) -> None:
+        """``src`` (B, S) ids, ``src_len`` (B,) in 1..S and ``tgt_in`` (B, T) ids."""
+        check_src(src, src_len)
+        check_ids("tgt_in", tgt_in)
+        if tgt_in.shape[0] != src.shape[0]:
+            raise ValueError(
+                f"tgt_in and src must have the same batch size, got tgt_in "
+                f"{tuple(tgt_in.shape)} and src {tuple(src.shape)}"
+            )
+
+
+class Seq2Seq(GRUEncoderDecoder):
     """Encoder-decoder whose decoder starts from the encoder's final state (the bottleneck).
 
     >>> from course_utils.data import letter_vocab
@@ -117,25 +145,15 @@ class Seq2Seq(nn.Module):
     """
 
     def __init__(self, config: Seq2SeqConfig):
-        super().__init__()
-        if not isinstance(config, Seq2SeqConfig):
-            raise TypeError(f"config must be a Seq2SeqConfig, got {type(config).__name__}")
-        c = self.config = config
-        self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
-        self.encoder = GRUEncoder(c.src_vocab_size, c.emb_dim, c.hidden_dim, c.pad_id)
+        super().__init__(config)  # the config, the ids and the encoder, built first
+        c = config
         self.decoder = GRUDecoder(c.tgt_vocab_size, c.emb_dim, c.hidden_dim, c.pad_id)
 
     def forward(
         self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
     ) -> torch.Tensor:
         """Teacher forcing: ``src`` (B, S), ``src_len`` (B,), ``tgt_in`` (B, T) -> (B, T, V)."""
-        check_src(src, src_len)
-        check_ids("tgt_in", tgt_in)
-        if tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(
-                f"tgt_in and src must have the same batch size, got tgt_in "
-                f"{tuple(tgt_in.shape)} and src {tuple(src.shape)}"
-            )
+        self.check_inputs(src, src_len, tgt_in)
         _, final = self.encoder(src, src_len)  # (B, R): all the decoder will know
         logits, _ = self.decoder(tgt_in, final)  # (B, T, V)
         return logits
@@ -168,17 +186,7 @@ def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int) -> t
 
     ``logits`` (B, T, V), ``targets`` (B, T) -> a scalar.
     """
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise ValueError(
-            f"logits must be a 3-D tensor (B, T, V), got shape "
-            f"{tuple(getattr(logits, 'shape', ()))}"
-        )
-    check_ids("targets", targets)
-    if targets.shape != logits.shape[:2]:
-        raise ValueError(
-            f"targets must have shape (B, T) = {tuple(logits.shape[:2])} to match logits "
-            f"{tuple(logits.shape)}, got {tuple(targets.shape)}"
-        )
+    check_per_step("logits", logits, "targets", targets, last="V")
     B, T, V = logits.shape
     return F.cross_entropy(
         logits.reshape(B * T, V),  # (B, T, V) -> (B*T, V)
