@@ -10,7 +10,17 @@ import seaborn  # noqa: F401  (registers the "rocket" colour maps used below)
 import torch
 
 
-def _to_numpy(x) -> np.ndarray:
+def to_numpy(x: torch.Tensor | np.ndarray | Sequence[float]) -> np.ndarray:
+    """A float NumPy array of ``x``: a tensor is detached and copied to the CPU first.
+
+    Every plot and widget passes its data through it, so each accepts tensors (on any
+    device, with or without gradients), NumPy arrays and nested lists alike.
+
+    >>> to_numpy(torch.tensor([[1, 2]]))  # an int tensor becomes float
+    array([[1., 2.]], dtype=float32)
+    >>> to_numpy([0.5, 1])
+    array([0.5, 1. ])
+    """
     if isinstance(x, torch.Tensor):
         return x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=float)
@@ -41,7 +51,7 @@ def plot_attention(
     the numbers in the cells (by default when the matrix is at most 8 x 8). ``vmax=1``
     keeps colours comparable between plots; pass ``None`` to stretch to the data.
     """
-    w = _to_numpy(weights)
+    w = to_numpy(weights)
     if w.ndim != 2:
         raise ValueError(f"weights must be a 2-D (Lq, Lk) matrix, got shape {w.shape}")
     Lq, Lk = w.shape
@@ -176,7 +186,7 @@ def plot_head_view(
     from matplotlib.collections import LineCollection
     from matplotlib.patches import Rectangle
 
-    w = _to_numpy(weights)
+    w = to_numpy(weights)
     _check_square("weights", w, tokens, 2)
     L = len(tokens)
     if selected is not None and not 0 <= selected < L:
@@ -236,7 +246,7 @@ def plot_model_view(
     down and keys across, like :func:`plot_head_view`'s heatmap. Drawn with ``imshow`` so
     that the 72 panels of a 6 x 12 model draw in about a second.
     """
-    A = _to_numpy(attentions)
+    A = to_numpy(attentions)
     _check_square("attentions", A, tokens, 4)
     N, H = A.shape[:2]
     fig, axes = plt.subplots(

