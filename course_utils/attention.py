@@ -1,8 +1,10 @@
 """Attention as a soft dictionary lookup: score functions, masked softmax, and attention.
 
-Shapes follow one legend: ``Lq`` queries and ``Lk`` keys, ``D`` features per query/key,
-``Dv`` per value, and any number of leading batch dimensions ``...``. Masks are boolean and
-mean the same everywhere in the course: ``True`` = this position may be attended to.
+Shapes follow the glossary of :mod:`course_utils`: ``Lq`` queries and ``Lk`` keys, ``D``
+features per query/key, ``Dv`` per value, ``A`` the additive score's hidden size, and any
+number of leading batch dimensions ``...``; ``MultiHeadAttention`` writes ``(B, L, E)`` and
+``(B, H, L, S)`` as the course's public API does. Masks are boolean and mean the same
+everywhere in the course: ``True`` = this position may be attended to.
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ def scaled_dot_product_scores(query: torch.Tensor, key: torch.Tensor) -> torch.T
 class AdditiveScore(nn.Module):
     """Additive (Bahdanau) score ``v^T tanh(W_q q + W_k k)``; query and key sizes may differ.
 
-    ``forward(query (..., Lq, query_dim), key (..., Lk, key_dim)) -> (..., Lq, Lk)``.
+    ``forward(query (..., Lq, query_dim), key (..., Lk, key_dim)) -> (..., Lq, Lk)``; ``W_q``
+    and ``W_k`` project both into ``hidden_dim`` (``A``) features, ``v`` reads a score off.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int):
@@ -112,9 +115,9 @@ class AdditiveScore(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         _check_sized_query_key(self, query, key)
-        q = self.w_q(query).unsqueeze(-2)  # (..., Lq, H) -> (..., Lq, 1, H)
-        k = self.w_k(key).unsqueeze(-3)  # (..., Lk, H) -> (..., 1, Lk, H)
-        # note: broadcasting builds all Lq x Lk sums at once: (..., Lq, Lk, H)
+        q = self.w_q(query).unsqueeze(-2)  # (..., Lq, A) -> (..., Lq, 1, A)
+        k = self.w_k(key).unsqueeze(-3)  # (..., Lk, A) -> (..., 1, Lk, A)
+        # note: broadcasting builds all Lq x Lk sums at once: (..., Lq, Lk, A)
         return self.v(torch.tanh(q + k)).squeeze(-1)  # (..., Lq, Lk, 1) -> (..., Lq, Lk)
 
 
@@ -132,7 +135,8 @@ class BilinearScore(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         _check_sized_query_key(self, query, key)
-        return query @ self.w(key).transpose(-2, -1)  # (..., Lq, Dq) @ (..., Dq, Lk)
+        # (..., Lq, query_dim) @ (..., query_dim, Lk) -> (..., Lq, Lk)
+        return query @ self.w(key).transpose(-2, -1)
 
 
 GeneralScore = BilinearScore  # the name Luong et al. (2015) use
@@ -298,7 +302,7 @@ class MultiHeadAttention(nn.Module):
 
     ``forward(query (B, L, E), key (B, S, E), value (B, S, E), mask=None, is_causal=False)
     -> (output (B, L, E), weights (B, H, L, S))``. Each of the ``num_heads`` heads attends in
-    its own ``E / H``-dimensional subspace with scaled dot-product attention; their outputs
+    its own ``D = E / H``-dimensional subspace with scaled dot-product attention; their outputs
     are concatenated and mixed by ``out_proj``. ``mask`` is boolean (True = may attend) of
     shape ``(L, S)``, ``(B, L, S)`` or ``(B, H, L, S)`` (any dim may be 1); ``is_causal``
     adds the causal mask. A query with no allowed key gets a zero output, not NaN.
@@ -341,7 +345,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape  # (B, L, E) -> (B, L, H, E/H) -> (B, H, L, E/H)
+        B, L, _ = x.shape  # (B, L, E) -> (B, L, H, D) -> (B, H, L, D), D = E / H
         return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(
@@ -375,11 +379,11 @@ class MultiHeadAttention(nn.Module):
         if is_causal:
             causal = causal_mask(L, S, device=query.device)
             mask = causal if mask is None else mask & causal
-        q = self._split_heads(self.q_proj(query))  # (B, H, L, E/H)
-        k = self._split_heads(self.k_proj(key))  # (B, H, S, E/H)
-        v = self._split_heads(self.v_proj(value))  # (B, H, S, E/H)
+        q = self._split_heads(self.q_proj(query))  # (B, H, L, D)
+        k = self._split_heads(self.k_proj(key))  # (B, H, S, D)
+        v = self._split_heads(self.v_proj(value))  # (B, H, S, D)
         weights = masked_softmax(scaled_dot_product_scores(q, k), mask)  # (B, H, L, S)
-        heads = self.dropout(weights) @ v  # (B, H, L, E/H)
+        heads = self.dropout(weights) @ v  # (B, H, L, D)
         merged = heads.transpose(1, 2).reshape(B, L, self.embed_dim)  # (B, L, E)
         return self.out_proj(merged), weights
 

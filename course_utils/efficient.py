@@ -37,7 +37,7 @@ from course_utils._validate import check_positive, check_qkv
 DEFAULT_BLOCK_SIZE = 256
 # Chunk length of causal linear attention: quadratic work inside a chunk, a running state
 # between chunks. 32, 64 and 128 were within noise of each other at N=1024 (same machine);
-# 64 keeps both the (C, C) blocks and the per-chunk (D, Dv) states small.
+# 64 keeps both the (chunk, chunk) blocks and the per-chunk (D, Dv) states small.
 DEFAULT_CHUNK_SIZE = 64
 
 
@@ -289,21 +289,21 @@ def linear_attention(
         return numer / (denom + eps)
 
     *batch, N, D = fq.shape
-    Dv, C = value.shape[-1], chunk_size
-    n_chunks, pad = -(-N // C), -N % C
+    Dv, c = value.shape[-1], chunk_size  # c positions per chunk
+    n_chunks, pad = -(-N // c), -N % c
     # Padding phi(k) (not k) with zeros: padded keys add nothing to any sum.
     fq, fk, v = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, value))
-    fq = fq.reshape(*batch, n_chunks, C, D)  # (..., n, C, D)
-    fk = fk.reshape(*batch, n_chunks, C, D)
-    v = v.reshape(*batch, n_chunks, C, Dv)
+    fq = fq.reshape(*batch, n_chunks, c, D)  # (..., n, c, D)
+    fk = fk.reshape(*batch, n_chunks, c, D)
+    v = v.reshape(*batch, n_chunks, c, Dv)
     # State after each chunk: sum over its keys of phi(k) v^T, then an exclusive prefix sum
-    chunk_kv = fk.transpose(-2, -1) @ v  # (..., n, D, C) @ (..., n, C, Dv) -> (..., n, D, Dv)
+    chunk_kv = fk.transpose(-2, -1) @ v  # (..., n, D, c) @ (..., n, c, Dv) -> (..., n, D, Dv)
     state = chunk_kv.cumsum(dim=-3) - chunk_kv  # keys of earlier chunks only
     chunk_z = fk.sum(dim=-2)  # (..., n, D)
     state_z = chunk_z.cumsum(dim=-2) - chunk_z
-    # Inside a chunk: the quadratic form with a causal mask, C x C per chunk
-    w = (fq @ fk.transpose(-2, -1)).tril_()  # (..., n, C, C)
-    numer = fq @ state + w @ v  # (..., n, C, Dv)
-    denom = (fq @ state_z.unsqueeze(-1)) + w.sum(dim=-1, keepdim=True)  # (..., n, C, 1)
+    # Inside a chunk: the quadratic form with a causal mask, c x c per chunk
+    w = (fq @ fk.transpose(-2, -1)).tril_()  # (..., n, c, c)
+    numer = fq @ state + w @ v  # (..., n, c, Dv)
+    denom = (fq @ state_z.unsqueeze(-1)) + w.sum(dim=-1, keepdim=True)  # (..., n, c, 1)
     out = numer / (denom + eps)
-    return out.reshape(*batch, n_chunks * C, Dv)[..., :N, :]
+    return out.reshape(*batch, n_chunks * c, Dv)[..., :N, :]

@@ -240,7 +240,7 @@ def plot_model_view(
     cmap: str = "rocket_r",
     panel_size: float = 0.95,
 ):
-    """Every head of every layer as a small heatmap: ``attentions (N layers, H, L, L)``.
+    """Every head of every layer as a small heatmap: ``attentions (num_layers, H, L, L)``.
 
     Rows are layers (bottom layer at the top), columns are heads; each panel has queries
     down and keys across, like :func:`plot_head_view`'s heatmap. Drawn with ``imshow`` so
@@ -248,11 +248,11 @@ def plot_model_view(
     """
     A = to_numpy(attentions)
     _check_square("attentions", A, tokens, 4)
-    N, H = A.shape[:2]
+    num_layers, H = A.shape[:2]
     fig, axes = plt.subplots(
-        N, H, figsize=(0.6 + panel_size * H, 0.7 + panel_size * N), squeeze=False
+        num_layers, H, figsize=(0.6 + panel_size * H, 0.7 + panel_size * num_layers), squeeze=False
     )
-    for n in range(N):
+    for n in range(num_layers):
         for h in range(H):
             ax = axes[n, h]
             ax.imshow(A[n, h], cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
@@ -262,6 +262,6 @@ def plot_model_view(
                 ax.set_title(f"head {h + 1}", fontsize=8)
             if h == 0:
                 ax.set_ylabel(f"layer {n + 1}", fontsize=8)
-    fig.suptitle(title or f"All {N} x {H} heads ({len(tokens)} tokens; queries down, keys across)")
+    fig.suptitle(title or f"All {num_layers} x {H} heads ({len(tokens)} tokens; queries down, keys across)")
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.02, top=0.9, wspace=0.08, hspace=0.08)
     return fig

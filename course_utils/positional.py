@@ -39,9 +39,9 @@ def sinusoidal_encoding(
     if base <= 1:
         raise ValueError(f"base must be > 1, got {base}")
     dtype = dtype or torch.get_default_dtype()
-    position = torch.arange(max_len, device=device, dtype=torch.float64)[:, None]  # (P, 1)
+    position = torch.arange(max_len, device=device, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)  # (ceil(d/2),)
-    angle = position / base ** (two_i / d_model)  # (P, ceil(d/2))
+    angle = position / base ** (two_i / d_model)  # (max_len, ceil(d/2))
     pe = torch.zeros(max_len, d_model, device=device, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
@@ -97,9 +97,9 @@ def relative_positions(Lq: int, Lk: int | None = None) -> torch.Tensor:
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """One trainable vector per position, added to the input: ``x + P[:L]``.
+    """One trainable vector per position, added to the input: ``x + weight[:L]``.
 
-    ``forward(x (B, L, d_model)) -> (B, L, d_model)``. Unlike sinusoids it knows nothing
+    ``forward(x (B, L, E)) -> (B, L, E)`` with ``E = d_model``. Unlike sinusoids it knows nothing
     about positions it never saw: a sequence longer than ``max_len`` is an error.
 
     >>> torch.manual_seed(0) and None
@@ -128,7 +128,7 @@ class LearnedPositionalEmbedding(nn.Module):
                 f"x has {L} positions but only max_len={self.max_len} were learned; "
                 "a learned embedding cannot extrapolate"
             )
-        return x + self.weight[:L]  # (..., L, d) + (L, d)
+        return x + self.weight[:L]  # (..., L, E) + (L, E)
 
 
 # ---------------------------------------------------------------------------------------

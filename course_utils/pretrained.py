@@ -9,8 +9,8 @@ EncoderLayer` (and so from :class:`course_utils.attention.MultiHeadAttention`); 
 :func:`checkpoint_name_map` says which checkpoint tensor goes where. What notebook 11
 measures with the attention weights (head scores, rollout) is in :mod:`course_utils.interpret`.
 
-Shape legend: ``B`` batch, ``L`` tokens (with [CLS] and [SEP]), ``E`` = 384, ``H`` = 12
-heads, ``N`` layers (6) or sentences.
+Shapes as in the glossary of :mod:`course_utils`: ``B`` batch, ``L`` tokens (with [CLS] and
+[SEP]), ``E`` = 384, ``H`` = 12 heads, ``V`` = 30522 word pieces; ``num_layers`` = 6.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ class MiniLM(nn.Module):
         )
         x = self.embeddings(input_ids, token_type_ids)  # (B, L) -> (B, L, E)
         keys = attention_mask[:, None, None, :]  # (B, 1, 1, L): every query sees the real keys
-        hidden, attentions = self.encoder(x, keys)  # (B, L, E), [(B, H, L, L)] * N
+        hidden, attentions = self.encoder(x, keys)  # (B, L, E), [(B, H, L, L)] per layer
         return hidden, tuple(attentions)
 
     # -- text in ------------------------------------------------------------------------
@@ -287,7 +287,7 @@ class MiniLM(nn.Module):
 
     @torch.no_grad()
     def attention_for(self, sentence: str) -> tuple[list[str], torch.Tensor]:
-        """One sentence's tokens and every attention weight, ``(N layers, H, L, L)`` on the CPU."""
+        """One sentence's tokens and every attention weight, ``(num_layers, H, L, L)`` on the CPU."""
         if not isinstance(sentence, str):
             raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
         batch = self.tokenize([sentence])
@@ -296,7 +296,7 @@ class MiniLM(nn.Module):
 
     @torch.no_grad()
     def embed(self, sentences: Sequence[str], batch_size: int = 32) -> torch.Tensor:
-        """Sentence embeddings ``(N, E)``: the mean of the last hidden states over real
+        """Sentence embeddings ``(len(sentences), E)``: the mean of the last hidden states over real
         tokens, scaled to unit length (what sentence-transformers gives for this model)."""
         _check_sentences(sentences)
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -306,7 +306,7 @@ class MiniLM(nn.Module):
             batch = self.tokenize(sentences[start : start + batch_size])
             hidden, _ = self(batch.input_ids, batch.attention_mask)
             out.append(F.normalize(mean_pool(hidden, batch.attention_mask), dim=-1))
-        return torch.cat(out)  # (N, E)
+        return torch.cat(out)  # (len(sentences), E)
 
 
 def _check_sentences(sentences) -> None:

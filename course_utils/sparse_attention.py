@@ -108,7 +108,7 @@ def _banded_attention(query, key, value, block, is_causal, window, num_global):
     s = s.masked_fill_(~local, float("-inf"))  # in place: matmul's backward does not need s
     if num_global:
         g = torch.arange(num_global, device=device)
-        sg = q @ key[..., None, :num_global, :].transpose(-2, -1)  # (..., n, block, G)
+        sg = q @ key[..., None, :num_global, :].transpose(-2, -1)  # (..., n, block, num_global)
         ok = (g <= qi) if is_causal else torch.ones_like(g, dtype=torch.bool)
         s = torch.cat([s, sg.masked_fill(~ok, float("-inf"))], dim=-1)
         v_win = torch.cat(
@@ -116,7 +116,7 @@ def _banded_attention(query, key, value, block, is_causal, window, num_global):
         )
     p = torch.softmax(s, dim=-1)  # every real query sees at least itself: no empty row
     out = (p @ v_win).reshape(*batch, n_blocks * block, Dv)[..., :N, :]
-    if num_global:  # global queries attend to every key: G x N scores, linear in N
+    if num_global:  # global queries attend to every key: num_global x N scores, linear in N
         full = naive_attention(query[..., :num_global, :], key, value, is_causal=is_causal)
         out = torch.cat([full, out[..., num_global:, :]], dim=-2)
     return out

@@ -1,6 +1,6 @@
 """Checkers for the exercises of notebook 04 (self-attention and multi-head attention).
 
-``check_split_heads`` compares the ``(B, L, E) -> (B, H, L, E / H)`` reshape (a plain view
+``check_split_heads`` compares the ``(B, L, E) -> (B, H, L, D)`` reshape (``D = E / H``) (a plain view
 to that shape mixes positions into heads and fails); ``check_multi_head_self_attention``
 compares with ``attention.MultiHeadAttention`` without biases holding the given matrices,
 with and without a causal mask; ``check_previous_token_score`` compares each head's mean
@@ -19,7 +19,7 @@ from course_utils.interpret import head_pattern_scores
 
 
 def _split_heads_reference(x, num_heads):
-    B, L, E = x.shape  # (B, L, E) -> (B, L, H, E/H) -> (B, H, L, E/H)
+    B, L, E = x.shape  # (B, L, E) -> (B, L, H, D) -> (B, H, L, D)
     return x.reshape(B, L, num_heads, E // num_heads).transpose(1, 2)
 
 
@@ -71,8 +71,8 @@ def check_multi_head_self_attention(fn: Callable) -> None:
         _multi_head_reference,
         cases,
         name="multi_head_self_attention",
-        hint="project with x @ W_q (and W_k, W_v), split each into heads (B, H, L, dk), "
-        "scores = q @ k^T / sqrt(dk) with dk = E // H, masked softmax, weights @ v, then "
+        hint="project with x @ W_q (and W_k, W_v), split each into heads (B, H, L, D), "
+        "scores = q @ k^T / sqrt(D) with D = E // H, masked softmax, weights @ v, then "
         "transpose(1, 2).reshape(B, L, E) to merge the heads and multiply by W_o.",
     )
 
