@@ -1,10 +1,8 @@
 """Attention as a soft dictionary lookup: score functions, masked softmax, and attention.
 
-Shapes follow the glossary of :mod:`course_utils`: ``Lq`` queries and ``Lk`` keys, ``D``
-features per query/key, ``Dv`` per value, ``A`` the additive score's hidden size, and any
-number of leading batch dimensions ``...``; ``MultiHeadAttention`` writes ``(B, L, E)`` and
-``(B, H, L, S)`` as the course's public API does. Masks are boolean and mean the same
-everywhere in the course: ``True`` = this position may be attended to.
+Shapes follow the glossary of :mod:`course_utils` (``Lq`` queries, ``Lk`` keys, ``D`` and ``Dv``
+features per query/key and value, leading batch dims ``...``). Masks are boolean and mean
+the same everywhere in the course: ``True`` = this position may be attended to.
 """
 
 from __future__ import annotations
@@ -14,11 +12,16 @@ import math
 import torch
 from torch import nn
 
+from course_utils._validate import check_positive
+
+Device = torch.device | str | None  # where a new tensor goes (None: the default device)
+Mask = torch.Tensor | None  # a boolean mask (True = may attend), or no mask
+
 
 # ---------------------------------------------------------------------------------------
 # Input checks: every public function names the argument and the shapes it got.
 # ---------------------------------------------------------------------------------------
-def _check_tensor(name: str, x, min_dim: int = 2) -> None:
+def _check_tensor(name: str, x: object, min_dim: int = 2) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() < min_dim:
@@ -47,7 +50,7 @@ def _check_query_key(query: torch.Tensor, key: torch.Tensor) -> None:
     _check_batch_dims("query and key", query, key)
 
 
-def _check_bool_mask(mask) -> None:
+def _check_bool_mask(mask: object) -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
@@ -57,7 +60,7 @@ def _check_bool_mask(mask) -> None:
         )
 
 
-def _check_mask(mask, scores_shape: torch.Size) -> None:
+def _check_mask(mask: object, scores_shape: torch.Size) -> None:
     _check_bool_mask(mask)
     try:
         ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
@@ -70,7 +73,7 @@ def _check_mask(mask, scores_shape: torch.Size) -> None:
         )
 
 
-def _check_sized_query_key(module: nn.Module, query, key) -> None:
+def _check_sized_query_key(module: nn.Module, query: object, key: object) -> None:
     """For a score module built for ``query_dim`` and ``key_dim`` features."""
     _check_tensor("query", query)
     _check_tensor("key", key)
@@ -102,8 +105,7 @@ def scaled_dot_product_scores(query: torch.Tensor, key: torch.Tensor) -> torch.T
 class AdditiveScore(nn.Module):
     """Additive (Bahdanau) score ``v^T tanh(W_q q + W_k k)``; query and key sizes may differ.
 
-    ``forward(query (..., Lq, query_dim), key (..., Lk, key_dim)) -> (..., Lq, Lk)``; ``W_q``
-    and ``W_k`` project both into ``hidden_dim`` (``A``) features, ``v`` reads a score off.
+    ``forward(query (..., Lq, query_dim), key (..., Lk, key_dim)) -> (..., Lq, Lk)``, ``A = hidden_dim``.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int):
@@ -135,8 +137,7 @@ class BilinearScore(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         _check_sized_query_key(self, query, key)
-        # (..., Lq, query_dim) @ (..., query_dim, Lk) -> (..., Lq, Lk)
-        return query @ self.w(key).transpose(-2, -1)
+        return query @ self.w(key).transpose(-2, -1)  # (..., Lq, query_dim) @ (..., query_dim, Lk)
 
 
 GeneralScore = BilinearScore  # the name Luong et al. (2015) use
@@ -161,7 +162,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return torch.softmax(filled, dim=-1).masked_fill(~mask, 0.0)
 
 
-def causal_mask(Lq: int, Lk: int | None = None, device=None) -> torch.Tensor:
+def causal_mask(Lq: int, Lk: int | None = None, device: Device = None) -> torch.Tensor:
     """``(Lq, Lk)`` boolean mask, True on and below the diagonal: query i sees keys 0..i.
 
     Aligned at the top-left, as ``torch.nn.functional.scaled_dot_product_attention`` does
@@ -198,7 +199,9 @@ def mask_from_torch(mask: torch.Tensor) -> torch.Tensor:
     raise TypeError(f"mask must be boolean or float, got dtype {mask.dtype}")
 
 
-def with_key_padding(attn_mask, padding_mask, name: str, batch: int, length: int):
+def with_key_padding(
+    attn_mask: Mask, padding_mask: Mask, name: str, batch: int, length: int
+) -> Mask:
     """An attention mask and a ``(B, S)`` key-padding mask -> one mask (or None).
 
     ``padding_mask`` is ``True`` at real tokens (what ``Batch.src_mask`` gives); ``name``
@@ -271,7 +274,9 @@ def scaled_dot_product_attention(
 # ---------------------------------------------------------------------------------------
 # Multi-head attention: several attentions in parallel, each in its own subspace
 # ---------------------------------------------------------------------------------------
-def _mask_for_heads(mask, batch: int, num_heads: int, lq: int, lk: int) -> torch.Tensor:
+def _mask_for_heads(
+    mask: torch.Tensor, batch: int, num_heads: int, lq: int, lk: int
+) -> torch.Tensor:
     """Bring a boolean mask to 4-D ``(B or 1, H or 1, Lq, Lk)``.
 
     Accepted: ``(Lq, Lk)`` (the same for every sequence), ``(B, Lq, Lk)`` (per sequence),
@@ -322,15 +327,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        if not isinstance(embed_dim, int) or not isinstance(num_heads, int):
-            raise TypeError(
-                f"embed_dim and num_heads must be ints, got {type(embed_dim).__name__} "
-                f"and {type(num_heads).__name__}"
-            )
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(
-                f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}"
-            )
+        check_positive("embed_dim", embed_dim)
+        check_positive("num_heads", num_heads)
         if embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): "

@@ -24,8 +24,11 @@ from collections.abc import Sequence
 
 import torch
 
+# Attention weights of every layer: one (B, H, L, L) tensor per layer, or them stacked
+Attentions = Sequence[torch.Tensor] | torch.Tensor
 
-def _check_mask(name: str, mask, A: torch.Tensor) -> None:
+
+def _check_mask(name: str, mask: object, A: torch.Tensor) -> None:
     """``mask`` must be a ``(B, L)`` tensor for attentions ``A (num_layers, B, H, L, L)``."""
     expected = (A.shape[1], A.shape[-1])
     if not isinstance(mask, torch.Tensor):
@@ -34,7 +37,7 @@ def _check_mask(name: str, mask, A: torch.Tensor) -> None:
         raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
 
 
-def _stack(attentions) -> torch.Tensor:
+def _stack(attentions: Attentions) -> torch.Tensor:
     """A list of ``(B, H, L, L)`` per layer -> ``(num_layers, B, H, L, L)``."""
     if isinstance(attentions, torch.Tensor):
         attentions = list(attentions)
@@ -52,7 +55,7 @@ def _stack(attentions) -> torch.Tensor:
 
 
 def offset_scores(
-    attentions, attention_mask: torch.Tensor | None = None, offset: int = -1
+    attentions: Attentions, attention_mask: torch.Tensor | None = None, offset: int = -1
 ) -> torch.Tensor:
     """Per layer and head, the mean weight a token puts on the token ``offset`` places away.
 
@@ -82,7 +85,7 @@ def offset_scores(
 
 
 def attention_to_scores(
-    attentions, key_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
+    attentions: Attentions, key_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Per layer and head, the mean total weight a real query puts on the keys in ``key_mask``.
 
@@ -103,7 +106,7 @@ def attention_to_scores(
     return (to_keys * q).sum((1, 3)) / q.sum((1, 3)).clamp(min=1)  # (num_layers, H)
 
 
-def pair_scores(attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tensor:
+def pair_scores(attentions: Attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tensor:
     """Per layer and head, the mean weight from query ``i`` to key ``j`` over ``pairs``.
 
     ``pairs`` lists ``(batch index, i, j)``, e.g. (sentence, determiner, its noun).
@@ -125,7 +128,7 @@ def pair_scores(attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tens
     return per_pair.mean(0)  # (num_layers, H)
 
 
-def attention_rollout(attentions, residual: float = 0.5) -> torch.Tensor:
+def attention_rollout(attentions: Attentions, residual: float = 0.5) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema, 2020): how much each output token draws on each
     input token through all layers.
 

@@ -8,9 +8,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn  # noqa: F401  (registers the "rocket" colour maps used below)
 import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+# What the plots take: a tensor (any device, with or without gradients), an array, a list
+Array = torch.Tensor | np.ndarray | Sequence
 
 
-def to_numpy(x: torch.Tensor | np.ndarray | Sequence[float]) -> np.ndarray:
+def to_numpy(x: Array) -> np.ndarray:
     """A float NumPy array of ``x``: a tensor is detached and copied to the CPU first.
 
     Every plot and widget passes its data through it, so each accepts tensors (on any
@@ -26,7 +31,7 @@ def to_numpy(x: torch.Tensor | np.ndarray | Sequence[float]) -> np.ndarray:
     return np.asarray(x, dtype=float)
 
 
-def _new_axes(ax, figsize):
+def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is None:
         fig, ax = plt.subplots(figsize=figsize)
         return fig, ax
@@ -34,17 +39,17 @@ def _new_axes(ax, figsize):
 
 
 def plot_attention(
-    weights,
+    weights: Array,
     x_labels: Sequence[str] | None = None,
     y_labels: Sequence[str] | None = None,
-    ax=None,
+    ax: Axes | None = None,
     title: str | None = None,
     xlabel: str = "key position",
     ylabel: str = "query position",
     annot: bool | None = None,
     vmax: float | None = 1.0,
     cmap: str = "rocket_r",
-):
+) -> Figure:
     """A heatmap of one ``(Lq, Lk)`` attention matrix with token labels on both axes.
 
     Row i shows where query i looks: its weights over the keys (columns). ``annot`` writes
@@ -103,7 +108,7 @@ def plot_history(
     history: Mapping[str, Sequence[float]],
     metrics: Sequence[str] | None = None,
     title: str | None = None,
-):
+) -> Figure:
     """Training loss (left) and evaluation metrics (right) against the step.
 
     ``history`` is what :func:`course_utils.training.fit` returns; ``metrics`` defaults to
@@ -139,8 +144,8 @@ def plot_accuracy_by_length(
     title: str | None = None,
     train_lengths: Sequence[int] | range | None = None,
     ylabel: str = "exact-match accuracy",
-    ax=None,
-):
+    ax: Axes | None = None,
+) -> Figure:
     """One line per model: accuracy against input length.
 
     ``curves`` is ``{label: {length: accuracy}}``. ``train_lengths`` shades the lengths
@@ -172,12 +177,12 @@ def _check_square(name: str, w: np.ndarray, tokens: Sequence[str], dims: int) ->
 
 
 def plot_head_view(
-    weights,
+    weights: Array,
     tokens: Sequence[str],
     selected: int | None = None,
     title: str | None = None,
     cmap: str = "rocket_r",
-):
+) -> Figure:
     """One head's ``(L, L)`` attention two ways: a heatmap (queries down, keys across) and,
     as in bertviz's head view, lines from each token on the left to the tokens it attends
     to on the right, darker for larger weights. The ``selected`` token's row is framed and
@@ -234,12 +239,12 @@ def plot_head_view(
 
 
 def plot_model_view(
-    attentions,
+    attentions: Array,
     tokens: Sequence[str],
     title: str | None = None,
     cmap: str = "rocket_r",
     panel_size: float = 0.95,
-):
+) -> Figure:
     """Every head of every layer as a small heatmap: ``attentions (num_layers, H, L, L)``.
 
     Rows are layers (bottom layer at the top), columns are heads; each panel has queries
@@ -262,6 +267,8 @@ def plot_model_view(
                 ax.set_title(f"head {h + 1}", fontsize=8)
             if h == 0:
                 ax.set_ylabel(f"layer {n + 1}", fontsize=8)
-    fig.suptitle(title or f"All {num_layers} x {H} heads ({len(tokens)} tokens; queries down, keys across)")
+    fig.suptitle(
+        title or f"All {num_layers} x {H} heads ({len(tokens)} tokens; queries down, keys across)"
+    )
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.02, top=0.9, wspace=0.08, hspace=0.08)
     return fig

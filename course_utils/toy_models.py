@@ -18,6 +18,7 @@ look at position 0 and the other at ``t - 1``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -160,7 +161,9 @@ class ToyBatch:
         return ToyBatch(self.ids.to(device), self.targets.to(device))
 
 
-def first_and_previous_batches(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0):
+def first_and_previous_batches(
+    batch_size: int, seq_len: int, vocab_size: int, seed: int = 0
+) -> Iterator[ToyBatch]:
     """Fresh random :class:`ToyBatch` objects forever, from a generator seeded with ``seed``.
 
     >>> batch = next(first_and_previous_batches(4, 6, 10, seed=0))

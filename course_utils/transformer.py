@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
-from course_utils.attention import MultiHeadAttention, with_key_padding
+from course_utils.attention import Mask, MultiHeadAttention, with_key_padding
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -30,9 +30,9 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 # ---------------------------------------------------------------------------------------
 # Input checks
 # ---------------------------------------------------------------------------------------
-def _check_sequence(name: str, x, d_model: int) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+def _check_sequence(name: str, x: object, d_model: int) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a Tensor, got {type(x).__name__}")
     if x.dim() != 3 or x.shape[-1] != d_model or not x.is_floating_point():
         raise ValueError(
             f"{name} must be a float tensor (B, L, {d_model}) (batch first), got shape "
@@ -69,7 +69,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         hidden = ACTIVATIONS[self.activation](self.linear1(x))  # (..., E) -> (..., F)
         return self.linear2(self.dropout(hidden))  # (..., F) -> (..., E)
 
@@ -107,11 +107,11 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def _attend(self, x, mask):
+    def _attend(self, x: Tensor, mask: Mask) -> tuple[Tensor, Tensor]:
         out, weights = self.self_attn(x, x, x, mask=mask)  # (B, S, E), (B, H, S, S)
         return self.dropout1(out), weights
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+    def forward(self, x: Tensor, mask: Mask = None) -> tuple[Tensor, Tensor]:
         _check_sequence("x", x, self.d_model)
         if self.norm_first:
             attended, weights = self._attend(self.norm1(x), mask)
@@ -162,22 +162,18 @@ class DecoderLayer(nn.Module):
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
-    def _self(self, x, mask):
+    def _self(self, x: Tensor, mask: Mask) -> tuple[Tensor, Tensor]:
         out, weights = self.self_attn(x, x, x, mask=mask)  # (B, T, E), (B, H, T, T)
         return self.dropout1(out), weights
 
-    def _cross(self, x, memory, mask):
+    def _cross(self, x: Tensor, memory: Tensor, mask: Mask) -> tuple[Tensor, Tensor]:
         # queries from the decoder, keys and values from the encoder's output
         out, weights = self.cross_attn(x, memory, memory, mask=mask)  # (B, T, E), (B, H, T, S)
         return self.dropout2(out), weights
 
     def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor,
-        tgt_mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-    ):
+        self, x: Tensor, memory: Tensor, tgt_mask: Mask = None, memory_mask: Mask = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         _check_sequence("x", x, self.d_model)
         _check_sequence("memory", memory, self.d_model)
         if self.norm_first:
@@ -208,7 +204,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = norm
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+    def forward(self, x: Tensor, mask: Mask = None) -> tuple[Tensor, list[Tensor]]:
         weights = []
         for layer in self.layers:
             x, w = layer(x, mask)
@@ -228,7 +224,9 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = norm
 
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+    def forward(
+        self, x: Tensor, memory: Tensor, tgt_mask: Mask = None, memory_mask: Mask = None
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         self_weights, cross_weights = [], []
         for layer in self.layers:
             x, ws, wc = layer(x, memory, tgt_mask, memory_mask)
@@ -289,7 +287,7 @@ class Transformer(nn.Module):
         self.d_model, self.num_heads, self.norm_first = d_model, num_heads, norm_first
         args = (d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, norm_first)
 
-        def norm():
+        def norm() -> nn.LayerNorm | None:
             return nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
 
         self.encoder = Encoder(
@@ -302,7 +300,9 @@ class Transformer(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def encode(self, src, src_mask=None, src_key_padding_mask=None):
+    def encode(
+        self, src: Tensor, src_mask: Mask = None, src_key_padding_mask: Mask = None
+    ) -> tuple[Tensor, list[Tensor]]:
         """``src (B, S, E) -> (memory (B, S, E), [self-attention weights (B, H, S, S)])``."""
         _check_sequence("src", src, self.d_model)
         B, S, _ = src.shape
@@ -311,13 +311,13 @@ class Transformer(nn.Module):
 
     def decode(
         self,
-        tgt,
-        memory,
-        tgt_mask=None,
-        memory_mask=None,
-        tgt_key_padding_mask=None,
-        memory_key_padding_mask=None,
-    ):
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Mask = None,
+        memory_mask: Mask = None,
+        tgt_key_padding_mask: Mask = None,
+        memory_key_padding_mask: Mask = None,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """``tgt (B, T, E), memory (B, S, E) -> (out (B, T, E), self_weights, cross_weights)``."""
         _check_sequence("tgt", tgt, self.d_model)
         _check_sequence("memory", memory, self.d_model)
@@ -336,15 +336,15 @@ class Transformer(nn.Module):
 
     def forward(
         self,
-        src: torch.Tensor,
-        tgt: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-        src_key_padding_mask: torch.Tensor | None = None,
-        tgt_key_padding_mask: torch.Tensor | None = None,
-        memory_key_padding_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Mask = None,
+        tgt_mask: Mask = None,
+        memory_mask: Mask = None,
+        src_key_padding_mask: Mask = None,
+        tgt_key_padding_mask: Mask = None,
+        memory_key_padding_mask: Mask = None,
+    ) -> Tensor:
         memory, _ = self.encode(src, src_mask, src_key_padding_mask)
         out, _, _ = self.decode(
             tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask
@@ -393,7 +393,7 @@ class Transformer(nn.Module):
         return new
 
 
-def _activation_name(fn) -> str:
+def _activation_name(fn: object) -> str:
     for name, ours in ACTIVATIONS.items():
         if fn is ours or (isinstance(fn, nn.Module) and type(fn).__name__.lower() == name):
             return name

@@ -25,7 +25,9 @@ EXPECTED = {"self_attention", "multi_head_attention_loop", "MultiHeadAttention"}
 @pytest.fixture(scope="module")
 def nb():
     """The notebook's from-scratch definitions, by name."""
-    return run_from_scratch_cells(NOTEBOOK, {"math": math, "torch": torch, "nn": nn, "attention": attention})
+    return run_from_scratch_cells(
+        NOTEBOOK, {"math": math, "torch": torch, "nn": nn, "attention": attention}
+    )
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -36,7 +36,9 @@ def test_marked_cells_define_what_they_name(nb):
 def test_sinusoidal_encoding_equals_library_and_closed_form(nb, max_len, d_model, base):
     got = nb["sinusoidal_encoding"](max_len, d_model, base=base)
     assert got.shape == (max_len, d_model)
-    assert torch.allclose(got, positional.sinusoidal_encoding(max_len, d_model, base=base), atol=1e-6)
+    assert torch.allclose(
+        got, positional.sinusoidal_encoding(max_len, d_model, base=base), atol=1e-6
+    )
     p, c = max_len - 1, d_model - 1  # the last entry, a cosine, by the formula
     assert got[p, c].item() == pytest.approx(math.cos(p / base ** ((c - 1) / d_model)), abs=1e-6)
 

@@ -55,7 +55,9 @@ def check_scaled_dot_product_attention(fn: Callable) -> None:
     )
 
 
-def _additive_reference(query, key, W_q, W_k, v):
+def _additive_reference(
+    query: torch.Tensor, key: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
     """The library's ``AdditiveScore`` holding the given matrices (``W (A, D)``, ``v (A,)``)."""
     A, Dq = W_q.shape
     module = attention.AdditiveScore(query_dim=Dq, key_dim=W_k.shape[1], hidden_dim=A)
@@ -70,7 +72,9 @@ def check_additive_score(fn: Callable) -> None:
     """Check a learner's ``additive(query, key, W_q, W_k, v)`` -> scores ``(..., Lq, Lk)``."""
     g = seeded(2)
 
-    def case(q_shape, k_shape, A):
+    def case(
+        q_shape: tuple[int, ...], k_shape: tuple[int, ...], A: int
+    ) -> tuple[torch.Tensor, ...]:
         Dq, Dk = q_shape[-1], k_shape[-1]
         return (
             torch.randn(*q_shape, generator=g),
@@ -92,7 +96,9 @@ def check_additive_score(fn: Callable) -> None:
     )
 
 
-def _nadaraya_watson_reference(x_query, x_train, y_train, bandwidth):
+def _nadaraya_watson_reference(
+    x_query: torch.Tensor, x_train: torch.Tensor, y_train: torch.Tensor, bandwidth: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     scores = -((x_query[:, None] - x_train[None, :]) ** 2) / (2 * bandwidth**2)  # (Lq, Lk)
     weights = attention.masked_softmax(scores)
     return weights @ y_train, weights  # (Lq,), (Lq, Lk)
