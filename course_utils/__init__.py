@@ -52,8 +52,8 @@ parameter names, so that code written for ``torch.nn`` reads the same.
 
 Where each concept lives
 ------------------------
-Building blocks sit at the top level; a building block never imports ``widgets``, nor the
-subpackage ``exercises``. Notebooks are named by number (``notebooks/NN_*.ipynb``).
+Building blocks sit at the top level. They never import ``widgets`` or the subpackages
+(``exercises``, ``apps``), which are built from them. Notebooks are named by number.
 
 | concept                                                              | module              | notebooks          |
 |----------------------------------------------------------------------|---------------------|--------------------|
