@@ -1,22 +1,94 @@
 """Attention from Scratch: the tested helpers that the course notebooks import.
 
-Modules, one concern each: ``attention`` (scores, masked softmax, masks, attention,
-multi-head attention), ``data`` (seeded synthetic tasks and batches), ``training`` (seeding,
-device, the training loop, losses and learning-rate schedules, the cache of trained weights),
-``targets`` (a notebook's learning targets), ``seq2seq`` (the GRU encoder-decoder of notebook
-01), ``bahdanau`` (the same with additive attention, notebook 03), ``positional``
-(sinusoidal, learned and rotary positions), ``toy_models`` (small attention-only models whose
-heads can be read), ``transformer`` (the Transformer's layers and core),
-``transformer_seq2seq`` (a seq2seq model around it, greedy and beam search), ``efficient``
-(naive, tiled and linear attention), ``sparse_attention`` (sliding-window and block-sparse
-attention), ``measure`` (the peak extra memory of a call), ``translation`` (a synthetic
-language pair with gold word alignments, notebook 07), ``corpus`` (a loader for
-tab-separated sentence pairs), ``mt_metrics`` (BLEU through sacrebleu, alignment error rate),
-``pretrained`` (all-MiniLM-L6-v2 run by the course's own encoder, notebook 11),
-``interpret`` (head scores and attention rollout), ``plotting``, ``widgets``, and the
-subpackage ``exercises`` (the checking harness, one checker module per notebook, and
-``exercises.student``, which writes the notebooks without solutions). ``_validate`` holds
-input checks shared by the modules.
+This docstring is the course's glossary: every module and notebook writes shapes, masks and
+hyperparameters the way it says, and the table at the end says where each concept lives.
+
+Shapes
+------
+A tensor's shape is written with these letters; each letter means one thing everywhere::
+
+    B       batch size
+    S       source length: the keys / encoder memory a decoder attends over
+    T       target length: decoder steps, the queries of a decoder
+    L       length of a sequence attending to itself (self-attention, an encoder)
+    Lq, Lk  query and key lengths where they are independent (``attention``)
+    N, M    the same in ``efficient`` and ``sparse_attention``, whose subject is the cost
+            as the length grows
+    D       feature size of a query or key (per head, D = E / H); Dv that of a value
+    E       model width, ``d_model`` (also the embedding size)
+    H       number of heads
+    F       feed-forward width, ``d_ff``
+    R       recurrent (GRU) state size
+    A       additive-attention hidden size
+    V       vocabulary size
+    K       beam size
+    C       number of classes / outputs of a toy model's read-out
+
+``...`` stands for any leading batch dimensions. ``MultiHeadAttention`` writes its queries
+``(B, L, E)``, its keys ``(B, S, E)`` and its weights ``(B, H, L, S)``, as the public API
+does: L and S coincide in self-attention. Counts that are not lengths or widths are named
+in words, never with a letter: ``(num_layers, B, H, L, L)`` for one attention tensor per
+layer. In formulas, ``Q``, ``K``, ``V`` and ``W_q`` name matrices (queries, keys, values,
+a projection), not sizes: ``softmax(Q K^T / sqrt(D)) V``.
+
+Masks
+-----
+A mask is boolean and ``True`` means "this position may be attended to", in every module.
+It broadcasts to the attention weights ``(..., Lq, Lk)``. A query whose row is fully
+masked gets all-zero weights and a zero output, never NaN. A key-padding mask is ``(B, S)``
+with ``True`` at real tokens. PyTorch's masks mean the opposite (``True`` = blocked);
+``attention.mask_from_torch`` converts them.
+
+Names
+-----
+One name per hyperparameter: ``d_model`` (model width), ``num_heads``, ``d_ff``
+(feed-forward width), ``num_layers``, ``dropout``, ``max_len`` (the longest input a table
+or model holds) and ``max_steps`` (how many tokens a decoder may produce). PyTorch's names
+(``nhead``, ``dim_feedforward``, ``embed_dim``) appear only inside the ``from_torch``
+methods that read PyTorch modules, with two documented exceptions fixed by the course's
+public API: ``attention.MultiHeadAttention(embed_dim, num_heads, bias=True)`` and
+``transformer.EncoderLayer(d_model, nhead, dim_feedforward, dropout)`` keep PyTorch's
+parameter names, so that code written for ``torch.nn`` reads the same.
+
+Where each concept lives
+------------------------
+Building blocks sit at the top level. They never import ``widgets`` or the subpackages
+(``exercises``, ``apps``), which are built from them. Notebooks are named by number.
+
+| concept                                                              | module              | notebooks          |
+|----------------------------------------------------------------------|---------------------|--------------------|
+| input checks shared by the modules, one message style                | _validate           | -                  |
+| scores, masked softmax, causal mask, attention, multi-head attention | attention           | 02-06              |
+| sinusoidal, learned and rotary positions, relative offsets           | positional          | 05, 06             |
+| vocabularies, seeded sequence tasks, batches, padding masks          | data                | 01, 03, 06, 07     |
+| seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
+| a notebook's asserted learning targets                               | targets             | 01, 03-07, 13      |
+| the GRU encoder-decoder and its accuracy by length                   | seq2seq             | 01, 03, 06, 07     |
+| the GRU decoder with additive (Bahdanau) attention                   | bahdanau            | 03, 07             |
+| small attention-only models whose heads can be read                  | toy_models          | 04, 05             |
+| Transformer layers and the embedding-free core, from_torch           | transformer         | 06, 07             |
+| a Transformer seq2seq model with embeddings, greedy and beam search  | transformer_seq2seq | 06, 07             |
+| naive, tiled ("flash") and linear attention                          | efficient           | 13                 |
+| sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
+| the peak extra memory of a call (benchmarks use it too)              | measure             | 13                 |
+| a synthetic language pair with gold word alignments                  | translation         | 07                 |
+| a loader for tab-separated sentence-pair files                       | corpus              | 07                 |
+| BLEU and alignment error rate                                        | mt_metrics          | 07                 |
+| head scores and attention rollout                                    | interpret           | 04, 11             |
+| all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
+| every matplotlib figure: heatmaps, head and model views, curves      | plotting            | 00-04, 06, 07, 11  |
+| every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
+| the exercise-checking harness                                        | exercises           | 01-07, 11, 13      |
+| checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
+| checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
+| checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
+| checkers: split heads, multi-head attention, previous-token score    | exercises.nb04      | 04                 |
+| checkers: sinusoidal encoding, offset rotation, rotary positions     | exercises.nb05      | 05                 |
+| checkers: feed-forward block, label smoothing, warm-up rate          | exercises.nb06      | 06                 |
+| checkers: BLEU's modified precision and brevity penalty              | exercises.nb07      | 07                 |
+| checkers: attention entropy, top-k search                            | exercises.nb11      | 11                 |
+| checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
+| student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
 """
 
 __version__ = "0.1.0"

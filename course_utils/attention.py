@@ -1,8 +1,8 @@
 """Attention as a soft dictionary lookup: score functions, masked softmax, and attention.
 
-Shapes follow one legend: ``Lq`` queries and ``Lk`` keys, ``D`` features per query/key,
-``Dv`` per value, and any number of leading batch dimensions ``...``. Masks are boolean and
-mean the same everywhere in the course: ``True`` = this position may be attended to.
+Shapes follow the glossary of :mod:`course_utils` (``Lq`` queries, ``Lk`` keys, ``D`` and ``Dv``
+features per query/key and value, leading batch dims ``...``). Masks are boolean and mean
+the same everywhere in the course: ``True`` = this position may be attended to.
 """
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ import math
 import torch
 from torch import nn
 
+from course_utils._validate import check_positive
+
+Device = torch.device | str | None  # where a new tensor goes (None: the default device)
+Mask = torch.Tensor | None  # a boolean mask (True = may attend), or no mask
+
 
 # ---------------------------------------------------------------------------------------
 # Input checks: every public function names the argument and the shapes it got.
 # ---------------------------------------------------------------------------------------
-def _check_tensor(name: str, x, min_dim: int = 2) -> None:
+def _check_tensor(name: str, x: object, min_dim: int = 2) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() < min_dim:
@@ -45,7 +50,7 @@ def _check_query_key(query: torch.Tensor, key: torch.Tensor) -> None:
     _check_batch_dims("query and key", query, key)
 
 
-def _check_bool_mask(mask) -> None:
+def _check_bool_mask(mask: object) -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
@@ -55,7 +60,7 @@ def _check_bool_mask(mask) -> None:
         )
 
 
-def _check_mask(mask, scores_shape: torch.Size) -> None:
+def _check_mask(mask: object, scores_shape: torch.Size) -> None:
     _check_bool_mask(mask)
     try:
         ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
@@ -68,7 +73,7 @@ def _check_mask(mask, scores_shape: torch.Size) -> None:
         )
 
 
-def _check_sized_query_key(module: nn.Module, query, key) -> None:
+def _check_sized_query_key(module: nn.Module, query: object, key: object) -> None:
     """For a score module built for ``query_dim`` and ``key_dim`` features."""
     _check_tensor("query", query)
     _check_tensor("key", key)
@@ -100,7 +105,7 @@ def scaled_dot_product_scores(query: torch.Tensor, key: torch.Tensor) -> torch.T
 class AdditiveScore(nn.Module):
     """Additive (Bahdanau) score ``v^T tanh(W_q q + W_k k)``; query and key sizes may differ.
 
-    ``forward(query (..., Lq, query_dim), key (..., Lk, key_dim)) -> (..., Lq, Lk)``.
+    ``forward(query (..., Lq, query_dim), key (..., Lk, key_dim)) -> (..., Lq, Lk)``, ``A = hidden_dim``.
     """
 
     def __init__(self, query_dim: int, key_dim: int, hidden_dim: int):
@@ -112,9 +117,9 @@ class AdditiveScore(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         _check_sized_query_key(self, query, key)
-        q = self.w_q(query).unsqueeze(-2)  # (..., Lq, H) -> (..., Lq, 1, H)
-        k = self.w_k(key).unsqueeze(-3)  # (..., Lk, H) -> (..., 1, Lk, H)
-        # note: broadcasting builds all Lq x Lk sums at once: (..., Lq, Lk, H)
+        q = self.w_q(query).unsqueeze(-2)  # (..., Lq, A) -> (..., Lq, 1, A)
+        k = self.w_k(key).unsqueeze(-3)  # (..., Lk, A) -> (..., 1, Lk, A)
+        # note: broadcasting builds all Lq x Lk sums at once: (..., Lq, Lk, A)
         return self.v(torch.tanh(q + k)).squeeze(-1)  # (..., Lq, Lk, 1) -> (..., Lq, Lk)
 
 
@@ -132,7 +137,7 @@ class BilinearScore(nn.Module):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         _check_sized_query_key(self, query, key)
-        return query @ self.w(key).transpose(-2, -1)  # (..., Lq, Dq) @ (..., Dq, Lk)
+        return query @ self.w(key).transpose(-2, -1)  # (..., Lq, query_dim) @ (..., query_dim, Lk)
 
 
 GeneralScore = BilinearScore  # the name Luong et al. (2015) use
@@ -157,7 +162,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return torch.softmax(filled, dim=-1).masked_fill(~mask, 0.0)
 
 
-def causal_mask(Lq: int, Lk: int | None = None, device=None) -> torch.Tensor:
+def causal_mask(Lq: int, Lk: int | None = None, device: Device = None) -> torch.Tensor:
     """``(Lq, Lk)`` boolean mask, True on and below the diagonal: query i sees keys 0..i.
 
     Aligned at the top-left, as ``torch.nn.functional.scaled_dot_product_attention`` does
@@ -194,7 +199,9 @@ def mask_from_torch(mask: torch.Tensor) -> torch.Tensor:
     raise TypeError(f"mask must be boolean or float, got dtype {mask.dtype}")
 
 
-def with_key_padding(attn_mask, padding_mask, name: str, batch: int, length: int):
+def with_key_padding(
+    attn_mask: Mask, padding_mask: Mask, name: str, batch: int, length: int
+) -> Mask:
     """An attention mask and a ``(B, S)`` key-padding mask -> one mask (or None).
 
     ``padding_mask`` is ``True`` at real tokens (what ``Batch.src_mask`` gives); ``name``
@@ -267,7 +274,9 @@ def scaled_dot_product_attention(
 # ---------------------------------------------------------------------------------------
 # Multi-head attention: several attentions in parallel, each in its own subspace
 # ---------------------------------------------------------------------------------------
-def _mask_for_heads(mask, batch: int, num_heads: int, lq: int, lk: int) -> torch.Tensor:
+def _mask_for_heads(
+    mask: torch.Tensor, batch: int, num_heads: int, lq: int, lk: int
+) -> torch.Tensor:
     """Bring a boolean mask to 4-D ``(B or 1, H or 1, Lq, Lk)``.
 
     Accepted: ``(Lq, Lk)`` (the same for every sequence), ``(B, Lq, Lk)`` (per sequence),
@@ -298,7 +307,7 @@ class MultiHeadAttention(nn.Module):
 
     ``forward(query (B, L, E), key (B, S, E), value (B, S, E), mask=None, is_causal=False)
     -> (output (B, L, E), weights (B, H, L, S))``. Each of the ``num_heads`` heads attends in
-    its own ``E / H``-dimensional subspace with scaled dot-product attention; their outputs
+    its own ``D = E / H``-dimensional subspace with scaled dot-product attention; their outputs
     are concatenated and mixed by ``out_proj``. ``mask`` is boolean (True = may attend) of
     shape ``(L, S)``, ``(B, L, S)`` or ``(B, H, L, S)`` (any dim may be 1); ``is_causal``
     adds the causal mask. A query with no allowed key gets a zero output, not NaN.
@@ -318,15 +327,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        if not isinstance(embed_dim, int) or not isinstance(num_heads, int):
-            raise TypeError(
-                f"embed_dim and num_heads must be ints, got {type(embed_dim).__name__} "
-                f"and {type(num_heads).__name__}"
-            )
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(
-                f"embed_dim and num_heads must be positive, got {embed_dim} and {num_heads}"
-            )
+        check_positive("embed_dim", embed_dim)
+        check_positive("num_heads", num_heads)
         if embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): "
@@ -341,7 +343,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape  # (B, L, E) -> (B, L, H, E/H) -> (B, H, L, E/H)
+        B, L, _ = x.shape  # (B, L, E) -> (B, L, H, D) -> (B, H, L, D), D = E / H
         return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(
@@ -375,11 +377,11 @@ class MultiHeadAttention(nn.Module):
         if is_causal:
             causal = causal_mask(L, S, device=query.device)
             mask = causal if mask is None else mask & causal
-        q = self._split_heads(self.q_proj(query))  # (B, H, L, E/H)
-        k = self._split_heads(self.k_proj(key))  # (B, H, S, E/H)
-        v = self._split_heads(self.v_proj(value))  # (B, H, S, E/H)
+        q = self._split_heads(self.q_proj(query))  # (B, H, L, D)
+        k = self._split_heads(self.k_proj(key))  # (B, H, S, D)
+        v = self._split_heads(self.v_proj(value))  # (B, H, S, D)
         weights = masked_softmax(scaled_dot_product_scores(q, k), mask)  # (B, H, L, S)
-        heads = self.dropout(weights) @ v  # (B, H, L, E/H)
+        heads = self.dropout(weights) @ v  # (B, H, L, D)
         merged = heads.transpose(1, 2).reshape(B, L, self.embed_dim)  # (B, L, E)
         return self.out_proj(merged), weights
 

@@ -26,6 +26,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import FunctionCtx
 
 from course_utils._validate import check_positive, check_qkv
 
@@ -37,14 +38,20 @@ from course_utils._validate import check_positive, check_qkv
 DEFAULT_BLOCK_SIZE = 256
 # Chunk length of causal linear attention: quadratic work inside a chunk, a running state
 # between chunks. 32, 64 and 128 were within noise of each other at N=1024 (same machine);
-# 64 keeps both the (C, C) blocks and the per-chunk (D, Dv) states small.
+# 64 keeps both the (chunk, chunk) blocks and the per-chunk (D, Dv) states small.
 DEFAULT_CHUNK_SIZE = 64
 
 
 # ---------------------------------------------------------------------------------------
 # Naive attention: the N x N matrix, for reference and for measuring the quadratic wall
 # ---------------------------------------------------------------------------------------
-def naive_attention(query, key, value, is_causal: bool = False, mask=None) -> torch.Tensor:
+def naive_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    is_causal: bool = False,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``softmax(Q K^T / sqrt(D)) V`` with the whole ``(..., N, M)`` weight matrix in memory.
 
     >>> q = k = v = torch.randn(1, 2, 5, 4)
@@ -66,7 +73,15 @@ def naive_attention(query, key, value, is_causal: bool = False, mask=None) -> to
 # ---------------------------------------------------------------------------------------
 # Tiled attention with an online softmax
 # ---------------------------------------------------------------------------------------
-def _tile_mask(mask, is_causal, q0, q1, k0, k1, device):
+def _tile_mask(
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    q0: int,
+    q1: int,
+    k0: int,
+    k1: int,
+    device: torch.device,
+) -> torch.Tensor | None:
     """The boolean mask of tile ``[q0:q1) x [k0:k1)``, or None when every entry is allowed."""
     tile = None
     if mask is not None:
@@ -84,7 +99,14 @@ def _key_end(is_causal: bool, q1: int, M: int) -> int:
     return min(M, q1) if is_causal else M
 
 
-def _tiled_forward(q, k, v, is_causal, block_size, mask):
+def _tiled_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    block_size: int,
+    mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``(output, logsumexp)``, the log of each query's softmax denominator."""
     *batch, N, D = q.shape
     scale = 1.0 / math.sqrt(D)
@@ -119,7 +141,17 @@ def _tiled_forward(q, k, v, is_causal, block_size, mask):
     return out, lse
 
 
-def _tiled_backward(q, k, v, out, lse, grad_out, is_causal, block_size, mask):
+def _tiled_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool,
+    block_size: int,
+    mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients w.r.t. ``q``, ``k`` and ``v``, recomputing each tile's weights."""
     N, M = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -155,14 +187,22 @@ class TiledAttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, is_causal, block_size, mask):
+    def forward(
+        ctx: FunctionCtx,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        is_causal: bool,
+        block_size: int,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         out, lse = _tiled_forward(query, key, value, is_causal, block_size, mask)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.is_causal, ctx.block_size, ctx.mask = is_causal, block_size, mask
         return out
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx: FunctionCtx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, key, value, out, lse = ctx.saved_tensors
         dq, dk, dv = _tiled_backward(
             q, key, value, out, lse, grad_out.contiguous(), ctx.is_causal, ctx.block_size, ctx.mask
@@ -220,7 +260,14 @@ def tiled_attention(
     return _tiled_forward(query, key, value, is_causal, block_size, mask)[0]
 
 
-def _tiled_forward_recorded(q, k, v, is_causal, block_size, mask):
+def _tiled_forward_recorded(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    block_size: int,
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
     """The same online softmax without in-place ops, so that autograd can record it."""
     *batch, N, D = q.shape
     M, scale = k.shape[-2], 1.0 / math.sqrt(D)
@@ -289,21 +336,21 @@ def linear_attention(
         return numer / (denom + eps)
 
     *batch, N, D = fq.shape
-    Dv, C = value.shape[-1], chunk_size
-    n_chunks, pad = -(-N // C), -N % C
+    Dv, c = value.shape[-1], chunk_size  # c positions per chunk
+    n_chunks, pad = -(-N // c), -N % c
     # Padding phi(k) (not k) with zeros: padded keys add nothing to any sum.
     fq, fk, v = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, value))
-    fq = fq.reshape(*batch, n_chunks, C, D)  # (..., n, C, D)
-    fk = fk.reshape(*batch, n_chunks, C, D)
-    v = v.reshape(*batch, n_chunks, C, Dv)
+    fq = fq.reshape(*batch, n_chunks, c, D)  # (..., n, c, D)
+    fk = fk.reshape(*batch, n_chunks, c, D)
+    v = v.reshape(*batch, n_chunks, c, Dv)
     # State after each chunk: sum over its keys of phi(k) v^T, then an exclusive prefix sum
-    chunk_kv = fk.transpose(-2, -1) @ v  # (..., n, D, C) @ (..., n, C, Dv) -> (..., n, D, Dv)
+    chunk_kv = fk.transpose(-2, -1) @ v  # (..., n, D, c) @ (..., n, c, Dv) -> (..., n, D, Dv)
     state = chunk_kv.cumsum(dim=-3) - chunk_kv  # keys of earlier chunks only
     chunk_z = fk.sum(dim=-2)  # (..., n, D)
     state_z = chunk_z.cumsum(dim=-2) - chunk_z
-    # Inside a chunk: the quadratic form with a causal mask, C x C per chunk
-    w = (fq @ fk.transpose(-2, -1)).tril_()  # (..., n, C, C)
-    numer = fq @ state + w @ v  # (..., n, C, Dv)
-    denom = (fq @ state_z.unsqueeze(-1)) + w.sum(dim=-1, keepdim=True)  # (..., n, C, 1)
+    # Inside a chunk: the quadratic form with a causal mask, c x c per chunk
+    w = (fq @ fk.transpose(-2, -1)).tril_()  # (..., n, c, c)
+    numer = fq @ state + w @ v  # (..., n, c, Dv)
+    denom = (fq @ state_z.unsqueeze(-1)) + w.sum(dim=-1, keepdim=True)  # (..., n, c, 1)
     out = numer / (denom + eps)
-    return out.reshape(*batch, n_chunks * C, Dv)[..., :N, :]
+    return out.reshape(*batch, n_chunks * c, Dv)[..., :N, :]

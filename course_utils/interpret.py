@@ -14,7 +14,8 @@ all-MiniLM-L6-v2's (:mod:`course_utils.pretrained`).
   offset=-1)``: it leaves out query 1 (whose previous token is also the first) and has no
   padding mask, so the two give different numbers on the same weights.
 
-Shape legend: ``N`` layers, ``B`` batch, ``H`` heads, ``L`` tokens.
+Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``H`` heads, ``L`` tokens);
+``num_layers`` counts the layers.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from collections.abc import Sequence
 
 import torch
 
+# Attention weights of every layer: one (B, H, L, L) tensor per layer, or them stacked
+Attentions = Sequence[torch.Tensor] | torch.Tensor
 
-def _check_mask(name: str, mask, A: torch.Tensor) -> None:
-    """``mask`` must be a ``(B, L)`` tensor for attentions ``A (N, B, H, L, L)``."""
+
+def _check_mask(name: str, mask: object, A: torch.Tensor) -> None:
+    """``mask`` must be a ``(B, L)`` tensor for attentions ``A (num_layers, B, H, L, L)``."""
     expected = (A.shape[1], A.shape[-1])
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"{name} must be a (B, L) = {expected} tensor, got {type(mask).__name__}")
@@ -33,8 +37,8 @@ def _check_mask(name: str, mask, A: torch.Tensor) -> None:
         raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
 
 
-def _stack(attentions) -> torch.Tensor:
-    """A list of ``(B, H, L, L)`` per layer -> ``(N, B, H, L, L)``."""
+def _stack(attentions: Attentions) -> torch.Tensor:
+    """A list of ``(B, H, L, L)`` per layer -> ``(num_layers, B, H, L, L)``."""
     if isinstance(attentions, torch.Tensor):
         attentions = list(attentions)
     if not attentions or not all(isinstance(a, torch.Tensor) for a in attentions):
@@ -51,18 +55,18 @@ def _stack(attentions) -> torch.Tensor:
 
 
 def offset_scores(
-    attentions, attention_mask: torch.Tensor | None = None, offset: int = -1
+    attentions: Attentions, attention_mask: torch.Tensor | None = None, offset: int = -1
 ) -> torch.Tensor:
     """Per layer and head, the mean weight a token puts on the token ``offset`` places away.
 
     ``offset=-1``: previous token; ``+1``: next token. Averaged over every real query ``i``
-    whose ``i + offset`` is a real token, across the batch. Returns ``(N layers, H)``.
+    whose ``i + offset`` is a real token, across the batch. Returns ``(num_layers, H)``.
 
     >>> A = torch.eye(4).roll(1, dims=1)[None, None]  # (1, 1, 4, 4): each token -> the next
     >>> offset_scores([A], offset=1), offset_scores([A], offset=-1)
     (tensor([[1.]]), tensor([[0.]]))
     """
-    A = _stack(attentions)  # (N, B, H, L, L)
+    A = _stack(attentions)  # (num_layers, B, H, L, L)
     L = A.shape[-1]
     if not isinstance(offset, int) or offset == 0 or abs(offset) >= L:
         raise ValueError(f"offset must be a nonzero int with |offset| < L = {L}, got {offset!r}")
@@ -71,48 +75,48 @@ def offset_scores(
     _check_mask("attention_mask", attention_mask, A)
     real = attention_mask.to(A.device).bool()
     # weights from i to i + offset: a diagonal of each (L, L) matrix
-    diag = A.diagonal(offset=offset, dim1=-2, dim2=-1)  # (N, B, H, L - |offset|)
+    diag = A.diagonal(offset=offset, dim1=-2, dim2=-1)  # (num_layers, B, H, L - |offset|)
     if offset > 0:
         pair_ok = real[:, :-offset] & real[:, offset:]  # query i and key i + offset both real
     else:
         pair_ok = real[:, -offset:] & real[:, :offset]
     w = pair_ok[None, :, None, :].to(A.dtype)  # (1, B, 1, L - |offset|)
-    return (diag * w).sum((1, 3)) / w.sum((1, 3)).clamp(min=1)  # (N, H)
+    return (diag * w).sum((1, 3)) / w.sum((1, 3)).clamp(min=1)  # (num_layers, H)
 
 
 def attention_to_scores(
-    attentions, key_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
+    attentions: Attentions, key_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Per layer and head, the mean total weight a real query puts on the keys in ``key_mask``.
 
     ``key_mask (B, L)`` picks keys, e.g. the [CLS] position or the [SEP] position.
-    Returns ``(N layers, H)``.
+    Returns ``(num_layers, H)``.
 
     >>> A = torch.full((1, 1, 4, 4), 0.25)  # uniform attention over 4 tokens
     >>> attention_to_scores([A], torch.tensor([[True, False, False, False]]))
     tensor([[0.2500]])
     """
-    A = _stack(attentions)  # (N, B, H, L, L)
+    A = _stack(attentions)  # (num_layers, B, H, L, L)
     _check_mask("key_mask", key_mask, A)
     if attention_mask is not None:
         _check_mask("attention_mask", attention_mask, A)
-    to_keys = (A * key_mask.to(A)[None, :, None, None, :]).sum(-1)  # (N, B, H, L)
+    to_keys = (A * key_mask.to(A)[None, :, None, None, :]).sum(-1)  # (num_layers, B, H, L)
     real = torch.ones_like(key_mask) if attention_mask is None else attention_mask
     q = real.to(A)[None, :, None, :]  # (1, B, 1, L)
-    return (to_keys * q).sum((1, 3)) / q.sum((1, 3)).clamp(min=1)  # (N, H)
+    return (to_keys * q).sum((1, 3)) / q.sum((1, 3)).clamp(min=1)  # (num_layers, H)
 
 
-def pair_scores(attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tensor:
+def pair_scores(attentions: Attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tensor:
     """Per layer and head, the mean weight from query ``i`` to key ``j`` over ``pairs``.
 
     ``pairs`` lists ``(batch index, i, j)``, e.g. (sentence, determiner, its noun).
-    Returns ``(N layers, H)``.
+    Returns ``(num_layers, H)``.
 
     >>> A = torch.eye(3)[None, None]  # each token attends to itself
     >>> pair_scores([A], [(0, 1, 1), (0, 2, 0)])
     tensor([[0.5000]])
     """
-    A = _stack(attentions)  # (N, B, H, L, L)
+    A = _stack(attentions)  # (num_layers, B, H, L, L)
     if len(pairs) == 0:
         raise ValueError("pairs is empty: give at least one (batch index, i, j)")
     B, L = A.shape[1], A.shape[-1]
@@ -120,11 +124,11 @@ def pair_scores(attentions, pairs: Sequence[tuple[int, int, int]]) -> torch.Tens
         if len(pair) != 3 or not (0 <= pair[0] < B and 0 <= pair[1] < L and 0 <= pair[2] < L):
             raise ValueError(f"pairs must be (batch index < {B}, i < {L}, j < {L}), got {pair}")
     b, i, j = (torch.tensor(c) for c in zip(*pairs, strict=True))
-    per_pair = A.permute(1, 3, 4, 0, 2)[b, i, j]  # (B, L, L, N, H) -> (P, N, H)
-    return per_pair.mean(0)  # (N, H)
+    per_pair = A.permute(1, 3, 4, 0, 2)[b, i, j]  # -> (len(pairs), num_layers, H)
+    return per_pair.mean(0)  # (num_layers, H)
 
 
-def attention_rollout(attentions, residual: float = 0.5) -> torch.Tensor:
+def attention_rollout(attentions: Attentions, residual: float = 0.5) -> torch.Tensor:
     """Attention rollout (Abnar & Zuidema, 2020): how much each output token draws on each
     input token through all layers.
 
@@ -140,7 +144,7 @@ def attention_rollout(attentions, residual: float = 0.5) -> torch.Tensor:
     """
     if not 0.0 <= residual <= 1.0:
         raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
-    A = _stack(attentions).mean(2)  # (N, B, H, L, L) -> (N, B, L, L): average the heads
+    A = _stack(attentions).mean(2)  # (num_layers, B, H, L, L) -> (num_layers, B, L, L)
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     rollout = eye.expand_as(A[0])
     for layer in A:  # bottom layer first

@@ -8,15 +8,30 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn  # noqa: F401  (registers the "rocket" colour maps used below)
 import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+# What the plots take: a tensor (any device, with or without gradients), an array, a list
+Array = torch.Tensor | np.ndarray | Sequence
 
 
-def _to_numpy(x) -> np.ndarray:
+def to_numpy(x: Array) -> np.ndarray:
+    """A float NumPy array of ``x``: a tensor is detached and copied to the CPU first.
+
+    Every plot and widget passes its data through it, so each accepts tensors (on any
+    device, with or without gradients), NumPy arrays and nested lists alike.
+
+    >>> to_numpy(torch.tensor([[1, 2]]))  # an int tensor becomes float
+    array([[1., 2.]], dtype=float32)
+    >>> to_numpy([0.5, 1])
+    array([0.5, 1. ])
+    """
     if isinstance(x, torch.Tensor):
         return x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=float)
 
 
-def _new_axes(ax, figsize):
+def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is None:
         fig, ax = plt.subplots(figsize=figsize)
         return fig, ax
@@ -24,24 +39,24 @@ def _new_axes(ax, figsize):
 
 
 def plot_attention(
-    weights,
+    weights: Array,
     x_labels: Sequence[str] | None = None,
     y_labels: Sequence[str] | None = None,
-    ax=None,
+    ax: Axes | None = None,
     title: str | None = None,
     xlabel: str = "key position",
     ylabel: str = "query position",
     annot: bool | None = None,
     vmax: float | None = 1.0,
     cmap: str = "rocket_r",
-):
+) -> Figure:
     """A heatmap of one ``(Lq, Lk)`` attention matrix with token labels on both axes.
 
     Row i shows where query i looks: its weights over the keys (columns). ``annot`` writes
     the numbers in the cells (by default when the matrix is at most 8 x 8). ``vmax=1``
     keeps colours comparable between plots; pass ``None`` to stretch to the data.
     """
-    w = _to_numpy(weights)
+    w = to_numpy(weights)
     if w.ndim != 2:
         raise ValueError(f"weights must be a 2-D (Lq, Lk) matrix, got shape {w.shape}")
     Lq, Lk = w.shape
@@ -93,7 +108,7 @@ def plot_history(
     history: Mapping[str, Sequence[float]],
     metrics: Sequence[str] | None = None,
     title: str | None = None,
-):
+) -> Figure:
     """Training loss (left) and evaluation metrics (right) against the step.
 
     ``history`` is what :func:`course_utils.training.fit` returns; ``metrics`` defaults to
@@ -129,8 +144,8 @@ def plot_accuracy_by_length(
     title: str | None = None,
     train_lengths: Sequence[int] | range | None = None,
     ylabel: str = "exact-match accuracy",
-    ax=None,
-):
+    ax: Axes | None = None,
+) -> Figure:
     """One line per model: accuracy against input length.
 
     ``curves`` is ``{label: {length: accuracy}}``. ``train_lengths`` shades the lengths
@@ -162,12 +177,12 @@ def _check_square(name: str, w: np.ndarray, tokens: Sequence[str], dims: int) ->
 
 
 def plot_head_view(
-    weights,
+    weights: Array,
     tokens: Sequence[str],
     selected: int | None = None,
     title: str | None = None,
     cmap: str = "rocket_r",
-):
+) -> Figure:
     """One head's ``(L, L)`` attention two ways: a heatmap (queries down, keys across) and,
     as in bertviz's head view, lines from each token on the left to the tokens it attends
     to on the right, darker for larger weights. The ``selected`` token's row is framed and
@@ -176,7 +191,7 @@ def plot_head_view(
     from matplotlib.collections import LineCollection
     from matplotlib.patches import Rectangle
 
-    w = _to_numpy(weights)
+    w = to_numpy(weights)
     _check_square("weights", w, tokens, 2)
     L = len(tokens)
     if selected is not None and not 0 <= selected < L:
@@ -224,25 +239,25 @@ def plot_head_view(
 
 
 def plot_model_view(
-    attentions,
+    attentions: Array,
     tokens: Sequence[str],
     title: str | None = None,
     cmap: str = "rocket_r",
     panel_size: float = 0.95,
-):
-    """Every head of every layer as a small heatmap: ``attentions (N layers, H, L, L)``.
+) -> Figure:
+    """Every head of every layer as a small heatmap: ``attentions (num_layers, H, L, L)``.
 
     Rows are layers (bottom layer at the top), columns are heads; each panel has queries
     down and keys across, like :func:`plot_head_view`'s heatmap. Drawn with ``imshow`` so
     that the 72 panels of a 6 x 12 model draw in about a second.
     """
-    A = _to_numpy(attentions)
+    A = to_numpy(attentions)
     _check_square("attentions", A, tokens, 4)
-    N, H = A.shape[:2]
+    num_layers, H = A.shape[:2]
     fig, axes = plt.subplots(
-        N, H, figsize=(0.6 + panel_size * H, 0.7 + panel_size * N), squeeze=False
+        num_layers, H, figsize=(0.6 + panel_size * H, 0.7 + panel_size * num_layers), squeeze=False
     )
-    for n in range(N):
+    for n in range(num_layers):
         for h in range(H):
             ax = axes[n, h]
             ax.imshow(A[n, h], cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
@@ -252,6 +267,8 @@ def plot_model_view(
                 ax.set_title(f"head {h + 1}", fontsize=8)
             if h == 0:
                 ax.set_ylabel(f"layer {n + 1}", fontsize=8)
-    fig.suptitle(title or f"All {N} x {H} heads ({len(tokens)} tokens; queries down, keys across)")
+    fig.suptitle(
+        title or f"All {num_layers} x {H} heads ({len(tokens)} tokens; queries down, keys across)"
+    )
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.02, top=0.9, wspace=0.08, hspace=0.08)
     return fig

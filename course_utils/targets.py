@@ -61,7 +61,7 @@ def read_targets(path: str | os.PathLike) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def _number(x, argument: str) -> float:
+def _number(x: object, argument: str) -> float:
     if isinstance(x, bool) or not hasattr(x, "__float__"):
         raise TypeError(f"{argument} must be a number, got {type(x).__name__} {x!r}")
     shape = getattr(x, "shape", ())

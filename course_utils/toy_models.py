@@ -18,13 +18,14 @@ look at position 0 and the other at ``t - 1``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .positional import LearnedPositionalEmbedding, sinusoidal_encoding
+from course_utils.attention import MultiHeadAttention
+from course_utils.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
 
@@ -34,12 +35,13 @@ class ToyConfig:
     """Sizes of an :class:`AttentionOnlyTransformer`.
 
     ``positions`` is ``"learned"``, ``"sinusoidal"`` or ``"none"``; ``causal`` adds the
-    causal mask in every layer; ``num_outputs`` is the size of the read-out per position.
+    causal mask in every layer; ``num_outputs`` (``C``) is the size of the read-out per
+    position.
     """
 
     vocab_size: int = 10
     max_len: int = 12
-    embed_dim: int = 32
+    d_model: int = 32
     num_heads: int = 2
     num_layers: int = 1
     num_outputs: int = 20
@@ -50,7 +52,7 @@ class ToyConfig:
         for name in (
             "vocab_size",
             "max_len",
-            "embed_dim",
+            "d_model",
             "num_heads",
             "num_layers",
             "num_outputs",
@@ -60,16 +62,16 @@ class ToyConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.embed_dim % self.num_heads != 0:
+        if self.d_model % self.num_heads != 0:
             raise ValueError(
-                f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})"
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
             )
 
 
 class AttentionOnlyTransformer(nn.Module):
     """Embeddings + positions -> ``num_layers`` x (self-attention + residual) -> linear.
 
-    ``forward(ids (B, L)) -> (logits (B, L, num_outputs), weights)`` where ``weights`` is a
+    ``forward(ids (B, L)) -> (logits (B, L, C), weights)`` (``C = num_outputs``) where ``weights`` is a
     list with one ``(B, H, L, L)`` tensor per layer: the very weights the output used.
 
     >>> model = AttentionOnlyTransformer(ToyConfig(vocab_size=5, max_len=6, num_outputs=3))
@@ -84,17 +86,17 @@ class AttentionOnlyTransformer(nn.Module):
             raise TypeError(f"config must be a ToyConfig, got {type(config).__name__}")
         self.config = config
         c = config
-        self.token_embedding = nn.Embedding(c.vocab_size, c.embed_dim)
+        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
         if c.positions == "learned":
-            self.position = LearnedPositionalEmbedding(c.max_len, c.embed_dim)
+            self.position = LearnedPositionalEmbedding(c.max_len, c.d_model)
         else:
             self.position = None
         if c.positions == "sinusoidal":
-            self.register_buffer("sinusoids", sinusoidal_encoding(c.max_len, c.embed_dim))
+            self.register_buffer("sinusoids", sinusoidal_encoding(c.max_len, c.d_model))
         self.layers = nn.ModuleList(
-            MultiHeadAttention(c.embed_dim, c.num_heads) for _ in range(c.num_layers)
+            MultiHeadAttention(c.d_model, c.num_heads) for _ in range(c.num_layers)
         )
-        self.readout = nn.Linear(c.embed_dim, c.num_outputs)
+        self.readout = nn.Linear(c.d_model, c.num_outputs)
 
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         c = self.config
@@ -159,7 +161,9 @@ class ToyBatch:
         return ToyBatch(self.ids.to(device), self.targets.to(device))
 
 
-def first_and_previous_batches(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0):
+def first_and_previous_batches(
+    batch_size: int, seq_len: int, vocab_size: int, seed: int = 0
+) -> Iterator[ToyBatch]:
     """Fresh random :class:`ToyBatch` objects forever, from a generator seeded with ``seed``.
 
     >>> batch = next(first_and_previous_batches(4, 6, 10, seed=0))

@@ -24,14 +24,18 @@ import sys
 import time
 import types
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from course_utils.data import Batch
 
 
 def set_seed(seed: int) -> None:
@@ -298,10 +302,12 @@ def label_smoothed_loss(
     )
 
 
-def smoothed_seq2seq_loss(smoothing: float = 0.1):
+def smoothed_seq2seq_loss(
+    smoothing: float = 0.1,
+) -> Callable[[torch.nn.Module, Batch], torch.Tensor]:
     """A ``loss_fn`` for :func:`fit` with label smoothing."""
 
-    def loss_fn(model, batch):
+    def loss_fn(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         logits = model(batch.src, batch.src_len, batch.tgt_in)  # (B, T, V)
         return label_smoothed_loss(logits, batch.tgt_out, model.pad_id, smoothing)
 
@@ -326,7 +332,7 @@ def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -
 
 
 def noam_optimizer(
-    params, d_model: int, warmup_steps: int, factor: float = 1.0
+    params: Iterable[torch.nn.Parameter], d_model: int, warmup_steps: int, factor: float = 1.0
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam(betas 0.9, 0.98, eps 1e-9) whose learning rate follows :func:`noam_rate`.
 

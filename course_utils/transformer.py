@@ -12,19 +12,17 @@ Masks follow the course convention: boolean, ``True`` = this position may be att
 PyTorch's boolean masks mean the opposite (``True`` = blocked) and its float masks are added
 to the scores; :func:`course_utils.attention.mask_from_torch` converts both. Attention masks
 are ``(L, S)``, ``(B, L, S)`` or ``(B, H, L, S)``; key-padding masks are ``(B, S)``, ``True``
-at real tokens (what :attr:`course_utils.data.Batch.src_mask` gives).
-
-Shape legend: ``B`` batch, ``S`` source length, ``T`` target length, ``E`` = ``d_model``,
-``F`` = ``dim_feedforward``, ``H`` heads.
+at real tokens (what :attr:`course_utils.data.Batch.src_mask` gives). Shapes as in the
+glossary of :mod:`course_utils`: ``S`` source, ``T`` target, ``E = d_model``, ``F = d_ff``.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
-from course_utils.attention import MultiHeadAttention, with_key_padding
+from course_utils.attention import Mask, MultiHeadAttention, with_key_padding
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -32,9 +30,9 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 # ---------------------------------------------------------------------------------------
 # Input checks
 # ---------------------------------------------------------------------------------------
-def _check_sequence(name: str, x, d_model: int) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+def _check_sequence(name: str, x: object, d_model: int) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a Tensor, got {type(x).__name__}")
     if x.dim() != 3 or x.shape[-1] != d_model or not x.is_floating_point():
         raise ValueError(
             f"{name} must be a float tensor (B, L, {d_model}) (batch first), got shape "
@@ -48,7 +46,7 @@ def _check_sequence(name: str, x, d_model: int) -> None:
 class FeedForward(nn.Module):
     """Position-wise feed-forward network ``linear2(dropout(activation(linear1(x))))``.
 
-    ``(..., E) -> (..., E)`` through a hidden size ``F``, the same at every position.
+    ``(..., E) -> (..., E)`` through ``F = d_ff`` hidden features, the same at every position.
 
     >>> ff = FeedForward(8, 32)
     >>> ff(torch.randn(2, 5, 8)).shape
@@ -58,7 +56,7 @@ class FeedForward(nn.Module):
     def __init__(
         self,
         d_model: int,
-        dim_feedforward: int,
+        d_ff: int,
         dropout: float = 0.0,
         activation: str = "relu",
         bias: bool = True,
@@ -67,11 +65,11 @@ class FeedForward(nn.Module):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
-        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
-        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         hidden = ACTIVATIONS[self.activation](self.linear1(x))  # (..., E) -> (..., F)
         return self.linear2(self.dropout(hidden))  # (..., F) -> (..., E)
 
@@ -81,7 +79,8 @@ class EncoderLayer(nn.Module):
 
     Post-norm (``norm_first=False``, the paper): ``x = norm(x + sublayer(x))``.
     Pre-norm (``norm_first=True``, most models today): ``x = x + sublayer(norm(x))``.
-    ``forward(x (B, S, E), mask=None) -> (x (B, S, E), weights (B, H, S, S))``.
+    ``forward(x (B, S, E), mask=None) -> (x (B, S, E), weights (B, H, S, S))``. Its parameters
+    keep PyTorch's names (``nhead``, ``dim_feedforward``), as the course's public API fixes.
 
     >>> layer = EncoderLayer(16, 4, 32).eval()
     >>> out, weights = layer(torch.randn(2, 5, 16))
@@ -108,11 +107,11 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def _attend(self, x, mask):
+    def _attend(self, x: Tensor, mask: Mask) -> tuple[Tensor, Tensor]:
         out, weights = self.self_attn(x, x, x, mask=mask)  # (B, S, E), (B, H, S, S)
         return self.dropout1(out), weights
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+    def forward(self, x: Tensor, mask: Mask = None) -> tuple[Tensor, Tensor]:
         _check_sequence("x", x, self.d_model)
         if self.norm_first:
             attended, weights = self._attend(self.norm1(x), mask)
@@ -144,8 +143,8 @@ class DecoderLayer(nn.Module):
     def __init__(
         self,
         d_model: int,
-        nhead: int,
-        dim_feedforward: int,
+        num_heads: int,
+        d_ff: int,
         dropout: float = 0.0,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
@@ -154,31 +153,27 @@ class DecoderLayer(nn.Module):
     ):
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout)
-        self.feed_forward = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
 
-    def _self(self, x, mask):
+    def _self(self, x: Tensor, mask: Mask) -> tuple[Tensor, Tensor]:
         out, weights = self.self_attn(x, x, x, mask=mask)  # (B, T, E), (B, H, T, T)
         return self.dropout1(out), weights
 
-    def _cross(self, x, memory, mask):
+    def _cross(self, x: Tensor, memory: Tensor, mask: Mask) -> tuple[Tensor, Tensor]:
         # queries from the decoder, keys and values from the encoder's output
         out, weights = self.cross_attn(x, memory, memory, mask=mask)  # (B, T, E), (B, H, T, S)
         return self.dropout2(out), weights
 
     def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor,
-        tgt_mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-    ):
+        self, x: Tensor, memory: Tensor, tgt_mask: Mask = None, memory_mask: Mask = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         _check_sequence("x", x, self.d_model)
         _check_sequence("memory", memory, self.d_model)
         if self.norm_first:
@@ -209,7 +204,7 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = norm
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None):
+    def forward(self, x: Tensor, mask: Mask = None) -> tuple[Tensor, list[Tensor]]:
         weights = []
         for layer in self.layers:
             x, w = layer(x, mask)
@@ -229,7 +224,9 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = norm
 
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+    def forward(
+        self, x: Tensor, memory: Tensor, tgt_mask: Mask = None, memory_mask: Mask = None
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         self_weights, cross_weights = [], []
         for layer in self.layers:
             x, ws, wc = layer(x, memory, tgt_mask, memory_mask)
@@ -239,7 +236,7 @@ class Decoder(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------
-# The embedding-free core, constructor arguments as in torch.nn.Transformer
+# The embedding-free core, constructor arguments in torch.nn.Transformer's order
 # ---------------------------------------------------------------------------------------
 class Transformer(nn.Module):
     """Encoder-decoder Transformer on vectors (no embeddings, no output layer), batch first.
@@ -267,10 +264,10 @@ class Transformer(nn.Module):
     def __init__(
         self,
         d_model: int = 512,
-        nhead: int = 8,
+        num_heads: int = 8,
         num_encoder_layers: int = 6,
         num_decoder_layers: int = 6,
-        dim_feedforward: int = 2048,
+        d_ff: int = 2048,
         dropout: float = 0.1,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
@@ -279,17 +276,18 @@ class Transformer(nn.Module):
         final_norm: bool = True,
     ):
         super().__init__()
-        if not isinstance(d_model, int) or not isinstance(nhead, int) or d_model <= 0 or nhead <= 0:
-            raise ValueError(f"d_model and nhead must be positive ints, got {d_model!r}, {nhead!r}")
-        if d_model % nhead != 0:
+        if not all(isinstance(n, int) and n > 0 for n in (d_model, num_heads)):
+            got = f"{d_model!r}, {num_heads!r}"
+            raise ValueError(f"d_model and num_heads must be positive ints, got {got}")
+        if d_model % num_heads != 0:
             raise ValueError(
-                f"d_model ({d_model}) must be divisible by nhead ({nhead}): each head gets "
-                "d_model / nhead features"
+                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): each head gets "
+                "d_model / num_heads features"
             )
-        self.d_model, self.nhead, self.norm_first = d_model, nhead, norm_first
-        args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first)
+        self.d_model, self.num_heads, self.norm_first = d_model, num_heads, norm_first
+        args = (d_model, num_heads, d_ff, dropout, activation, layer_norm_eps, norm_first)
 
-        def norm():
+        def norm() -> nn.LayerNorm | None:
             return nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if final_norm else None
 
         self.encoder = Encoder(
@@ -302,7 +300,9 @@ class Transformer(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def encode(self, src, src_mask=None, src_key_padding_mask=None):
+    def encode(
+        self, src: Tensor, src_mask: Mask = None, src_key_padding_mask: Mask = None
+    ) -> tuple[Tensor, list[Tensor]]:
         """``src (B, S, E) -> (memory (B, S, E), [self-attention weights (B, H, S, S)])``."""
         _check_sequence("src", src, self.d_model)
         B, S, _ = src.shape
@@ -311,13 +311,13 @@ class Transformer(nn.Module):
 
     def decode(
         self,
-        tgt,
-        memory,
-        tgt_mask=None,
-        memory_mask=None,
-        tgt_key_padding_mask=None,
-        memory_key_padding_mask=None,
-    ):
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Mask = None,
+        memory_mask: Mask = None,
+        tgt_key_padding_mask: Mask = None,
+        memory_key_padding_mask: Mask = None,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """``tgt (B, T, E), memory (B, S, E) -> (out (B, T, E), self_weights, cross_weights)``."""
         _check_sequence("tgt", tgt, self.d_model)
         _check_sequence("memory", memory, self.d_model)
@@ -336,15 +336,15 @@ class Transformer(nn.Module):
 
     def forward(
         self,
-        src: torch.Tensor,
-        tgt: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-        src_key_padding_mask: torch.Tensor | None = None,
-        tgt_key_padding_mask: torch.Tensor | None = None,
-        memory_key_padding_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Mask = None,
+        tgt_mask: Mask = None,
+        memory_mask: Mask = None,
+        src_key_padding_mask: Mask = None,
+        tgt_key_padding_mask: Mask = None,
+        memory_key_padding_mask: Mask = None,
+    ) -> Tensor:
         memory, _ = self.encode(src, src_mask, src_key_padding_mask)
         out, _, _ = self.decode(
             tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask
@@ -367,10 +367,10 @@ class Transformer(nn.Module):
         bias = first.linear1.bias is not None
         new = cls(
             d_model=m.d_model,
-            nhead=m.nhead,
+            num_heads=m.nhead,
             num_encoder_layers=len(enc),
             num_decoder_layers=len(dec),
-            dim_feedforward=first.linear1.out_features,
+            d_ff=first.linear1.out_features,
             dropout=first.dropout.p,
             activation=activation,
             layer_norm_eps=first.norm1.eps,
@@ -393,7 +393,7 @@ class Transformer(nn.Module):
         return new
 
 
-def _activation_name(fn) -> str:
+def _activation_name(fn: object) -> str:
     for name, ours in ACTIVATIONS.items():
         if fn is ours or (isinstance(fn, nn.Module) and type(fn).__name__.lower() == name):
             return name

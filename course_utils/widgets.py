@@ -12,7 +12,7 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from .plotting import _to_numpy, plot_attention
+from course_utils.plotting import plot_attention, to_numpy
 
 
 def heatmap_explorer(
@@ -49,7 +49,7 @@ def heatmap_explorer(
         xl, yl = x_labels, y_labels
         if isinstance(out, tuple):
             out, xl, yl = out
-        weights = _to_numpy(out)
+        weights = to_numpy(out)
         text = title(**values) if callable(title) else title
         fig = plot_attention(weights, xl, yl, title=text, xlabel=xlabel, ylabel=ylabel, vmax=vmax)
         display(fig)

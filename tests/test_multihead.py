@@ -129,7 +129,8 @@ def test_train_mode_and_dropout_are_copied():
     [
         (lambda: MultiHeadAttention(10, 3), ValueError, "divisible by num_heads"),
         (lambda: MultiHeadAttention(8, 0), ValueError, "positive"),
-        (lambda: MultiHeadAttention(8.0, 2), TypeError, "ints"),
+        (lambda: MultiHeadAttention(8.0, 2), TypeError, "embed_dim must be an int"),
+        (lambda: MultiHeadAttention(8, True), TypeError, "num_heads must be an int"),
         (lambda: MultiHeadAttention.from_torch(nn.Linear(2, 2)), TypeError, "MultiheadAttention"),
         (
             lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2)),

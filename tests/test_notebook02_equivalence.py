@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import attention as lib
+from course_utils import attention
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -56,19 +56,19 @@ def test_dot_and_scaled_scores(nb, q_shape, k_shape, seed):
     reference = torch.einsum("...qd,...kd->...qk", q, k)
     got = nb["dot_product_scores"](q, k)
     assert torch.allclose(got, reference, atol=1e-5)
-    assert torch.allclose(got, lib.dot_product_scores(q, k), atol=1e-5)
+    assert torch.allclose(got, attention.dot_product_scores(q, k), atol=1e-5)
     got_scaled = nb["scaled_dot_product_scores"](q, k)
     assert torch.allclose(got_scaled, reference / math.sqrt(q.shape[-1]), atol=1e-5)
-    assert torch.allclose(got_scaled, lib.scaled_dot_product_scores(q, k), atol=1e-5)
+    assert torch.allclose(got_scaled, attention.scaled_dot_product_scores(q, k), atol=1e-5)
 
 
 @pytest.mark.parametrize(
-    ("q_shape", "k_shape", "H"), [((3, 4), (5, 6), 8), ((2, 3, 5), (2, 4, 5), 3)]
+    ("q_shape", "k_shape", "A"), [((3, 4), (5, 6), 8), ((2, 3, 5), (2, 4, 5), 3)]
 )
-def test_additive_scores_equal_library_with_copied_weights(nb, q_shape, k_shape, H):
+def test_additive_scores_equal_library_with_copied_weights(nb, q_shape, k_shape, A):
     g = _gen(2)
     q, k = torch.randn(*q_shape, generator=g), torch.randn(*k_shape, generator=g)
-    module = lib.AdditiveScore(q_shape[-1], k_shape[-1], H)
+    module = attention.AdditiveScore(q_shape[-1], k_shape[-1], A)
     got = nb["additive_scores"](q, k, module.w_q.weight, module.w_k.weight, module.v.weight[0])
     assert got.shape == q_shape[:-1] + (k_shape[-2],)
     assert torch.allclose(got, module(q, k), atol=1e-5)
@@ -83,7 +83,7 @@ def test_additive_scores_equal_library_with_copied_weights(nb, q_shape, k_shape,
 def test_general_scores_equal_library_with_copied_weights(nb, q_shape, k_shape):
     g = _gen(3)
     q, k = torch.randn(*q_shape, generator=g), torch.randn(*k_shape, generator=g)
-    module = lib.BilinearScore(q_shape[-1], k_shape[-1])
+    module = attention.BilinearScore(q_shape[-1], k_shape[-1])
     W = module.w.weight  # (Dq, Dk)
     got = nb["general_scores"](q, k, W)
     assert torch.allclose(got, module(q, k), atol=1e-5)
@@ -105,12 +105,12 @@ def test_masked_softmax_padding_causal_and_empty_rows(nb):
         None,
         torch.rand(2, 4, 6, generator=g) > 0.4,
         torch.tensor([True, True, True, False, False, True]),  # broadcast over rows
-        lib.causal_mask(4, 6),
+        attention.causal_mask(4, 6),
     ]
     masks[1][0, 1] = False  # a row with no allowed key
     for mask in masks:
         got = nb["masked_softmax"](scores, mask)
-        assert torch.allclose(got, lib.masked_softmax(scores, mask), atol=1e-6)
+        assert torch.allclose(got, attention.masked_softmax(scores, mask), atol=1e-6)
         if mask is None:
             continue
         full = mask.expand_as(scores)
@@ -125,7 +125,7 @@ def test_masked_softmax_padding_causal_and_empty_rows(nb):
 def test_causal_mask(nb, L):
     expected = torch.ones(L, L, dtype=torch.bool).tril()
     assert torch.equal(nb["causal_mask"](L), expected)
-    assert torch.equal(nb["causal_mask"](L), lib.causal_mask(L))
+    assert torch.equal(nb["causal_mask"](L), attention.causal_mask(L))
 
 
 @pytest.mark.parametrize(("Lq", "Lk"), [(5, 5), (6, 7), (7, 5)])
@@ -140,7 +140,7 @@ def test_attention_equals_library_and_torch(nb, Lq, Lk, use_mask, is_causal):
         mask = torch.rand(2, 3, Lq, Lk, generator=g) > 0.4
         mask[..., 0] = True  # every row keeps a key, so torch's function is defined everywhere
     out, weights = nb["scaled_dot_product_attention"](q, k, v, mask=mask, is_causal=is_causal)
-    out_lib, w_lib = lib.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal)
+    out_lib, w_lib = attention.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=is_causal)
     if mask is not None and is_causal:  # torch takes one or the other: combine them by hand
         both = mask & torch.ones(Lq, Lk, dtype=torch.bool).tril()
         out_torch = F.scaled_dot_product_attention(q, k, v, attn_mask=both)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import attention as lib
+from course_utils import attention
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -25,7 +25,9 @@ EXPECTED = {"self_attention", "multi_head_attention_loop", "MultiHeadAttention"}
 @pytest.fixture(scope="module")
 def nb():
     """The notebook's from-scratch definitions, by name."""
-    return run_from_scratch_cells(NOTEBOOK, {"math": math, "torch": torch, "nn": nn, "lib": lib})
+    return run_from_scratch_cells(
+        NOTEBOOK, {"math": math, "torch": torch, "nn": nn, "attention": attention}
+    )
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -53,9 +55,9 @@ def test_self_attention_is_attention_on_three_projections(nb, batch_shape, maske
     x = torch.randn(*batch_shape, L, d, generator=g)
     W_q, W_k = torch.randn(d, dk, generator=g), torch.randn(d, dk, generator=g)
     W_v = torch.randn(d, dv, generator=g)
-    mask = lib.causal_mask(L) if masked else None
+    mask = attention.causal_mask(L) if masked else None
     out, w = nb["self_attention"](x, W_q, W_k, W_v, mask=mask)
-    out_lib, w_lib = lib.scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=mask)
+    out_lib, w_lib = attention.scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=mask)
     assert out.shape == (*batch_shape, L, dv) and w.shape == (*batch_shape, L, L)
     assert torch.allclose(out, out_lib, atol=1e-6) and torch.allclose(w, w_lib, atol=1e-6)
     # and the textbook formula, written out with einsum
@@ -70,11 +72,11 @@ def test_self_attention_is_attention_on_three_projections(nb, batch_shape, maske
 def test_loop_over_heads_equals_torch_and_library_without_bias(nb, E, H, causal):
     torch.manual_seed(1)
     torch_mha = nn.MultiheadAttention(E, H, bias=False, batch_first=True).eval()
-    lib_mha = lib.MultiHeadAttention.from_torch(torch_mha)
+    lib_mha = attention.MultiHeadAttention.from_torch(torch_mha)
     x = torch.randn(2, 7, E, generator=_gen(1))
     W_q, W_k, W_v = (torch_mha.in_proj_weight[i * E : (i + 1) * E].T for i in range(3))
     W_o = torch_mha.out_proj.weight.T
-    mask = lib.causal_mask(7) if causal else None
+    mask = attention.causal_mask(7) if causal else None
     with torch.no_grad():
         out, w = nb["multi_head_attention_loop"](x, W_q, W_k, W_v, W_o, num_heads=H, mask=mask)
         ref, w_ref = torch_mha(
@@ -107,7 +109,7 @@ def test_class_equals_torch_and_library_with_copied_weights(nb, E, H, L, S, mask
     g = _gen(2)
     B = 2
     torch_mha = nn.MultiheadAttention(E, H, bias=bias, batch_first=True).eval()
-    lib_mha = lib.MultiHeadAttention.from_torch(torch_mha).eval()
+    lib_mha = attention.MultiHeadAttention.from_torch(torch_mha).eval()
     ours = nb["MultiHeadAttention"](E, H, bias=bias)
     ours.load_state_dict(lib_mha.state_dict())
     query, memory = torch.randn(B, L, E, generator=g), torch.randn(B, S, E, generator=g)
@@ -126,13 +128,13 @@ def test_class_equals_torch_and_library_with_copied_weights(nb, E, H, L, S, mask
 
 def test_class_is_causal_flag_and_gradients_match_the_library(nb):
     torch.manual_seed(3)
-    lib_mha = lib.MultiHeadAttention(16, 4)
+    lib_mha = attention.MultiHeadAttention(16, 4)
     ours = nb["MultiHeadAttention"](16, 4)
     ours.load_state_dict(lib_mha.state_dict())
     x = torch.randn(2, 8, 16, generator=_gen(3))
     out, _ = ours(x, x, x, is_causal=True)
     out_lib, _ = lib_mha(x, x, x, is_causal=True)
-    out_mask, _ = ours(x, x, x, mask=lib.causal_mask(8))
+    out_mask, _ = ours(x, x, x, mask=attention.causal_mask(8))
     assert torch.allclose(out, out_lib, atol=1e-6) and torch.allclose(out, out_mask, atol=1e-6)
     out.square().sum().backward()
     out_lib.square().sum().backward()

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import positional as lib
+from course_utils import positional
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -36,7 +36,9 @@ def test_marked_cells_define_what_they_name(nb):
 def test_sinusoidal_encoding_equals_library_and_closed_form(nb, max_len, d_model, base):
     got = nb["sinusoidal_encoding"](max_len, d_model, base=base)
     assert got.shape == (max_len, d_model)
-    assert torch.allclose(got, lib.sinusoidal_encoding(max_len, d_model, base=base), atol=1e-6)
+    assert torch.allclose(
+        got, positional.sinusoidal_encoding(max_len, d_model, base=base), atol=1e-6
+    )
     p, c = max_len - 1, d_model - 1  # the last entry, a cosine, by the formula
     assert got[p, c].item() == pytest.approx(math.cos(p / base ** ((c - 1) / d_model)), abs=1e-6)
 
@@ -45,8 +47,8 @@ def test_sinusoidal_encoding_equals_library_and_closed_form(nb, max_len, d_model
 @pytest.mark.parametrize("k", [0, 1, 7, -4])
 def test_offset_rotation_equals_library_and_shifts_the_table(nb, d_model, k):
     M = nb["offset_rotation"](k, d_model)
-    assert torch.allclose(M, lib.offset_rotation(k, d_model), atol=1e-6)
-    pe = lib.sinusoidal_encoding(60, d_model, dtype=torch.float64)
+    assert torch.allclose(M, positional.offset_rotation(k, d_model), atol=1e-6)
+    pe = positional.sinusoidal_encoding(60, d_model, dtype=torch.float64)
     lo, hi = max(0, -k), 60 - max(0, k)
     assert torch.allclose(pe[lo:hi] @ M.double().T, pe[lo + k : hi + k], atol=1e-6)
 
@@ -54,7 +56,7 @@ def test_offset_rotation_equals_library_and_shifts_the_table(nb, d_model, k):
 def test_learned_embedding_equals_library_with_copied_weights(nb):
     torch.manual_seed(0)
     ours = nb["LearnedPositionalEmbedding"](12, 8)
-    library = lib.LearnedPositionalEmbedding(12, 8)
+    library = positional.LearnedPositionalEmbedding(12, 8)
     library.load_state_dict(ours.state_dict())
     x = torch.randn(3, 9, 8)
     assert torch.equal(ours(x), library(x))
@@ -68,7 +70,7 @@ def test_apply_rotary_equals_library_and_complex_rotation(nb, shape, positions):
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
     pos = None if positions is None else torch.tensor(positions)
     got = nb["apply_rotary"](x, pos)
-    assert torch.allclose(got, lib.apply_rotary(x, pos), atol=1e-6)
+    assert torch.allclose(got, positional.apply_rotary(x, pos), atol=1e-6)
     D, L = shape[-1], shape[-2]
     p = torch.arange(L) if pos is None else pos
     angle = p.double()[:, None] * 10000 ** (-torch.arange(0, D, 2).double() / D)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import efficient as lib
+from course_utils import efficient
 from course_utils import sparse_attention as sparse
 from course_utils.exercises import nb13
 
@@ -56,7 +56,7 @@ def test_naive_attention_equals_sdpa_and_library(nb, N, M, is_causal):
     assert torch.allclose(
         got, F.scaled_dot_product_attention(q, k, v, is_causal=is_causal), atol=1e-5
     )
-    assert torch.allclose(got, lib.naive_attention(q, k, v, is_causal=is_causal), atol=1e-5)
+    assert torch.allclose(got, efficient.naive_attention(q, k, v, is_causal=is_causal), atol=1e-5)
 
 
 @pytest.mark.parametrize("block", [1, 2, 5, 16])
@@ -74,7 +74,7 @@ def test_tiled_attention_equals_sdpa_and_library(nb, N, M, block, is_causal):
     got = nb["tiled_attention"](q, k, v, is_causal=is_causal, block_size=block)
     reference = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
     assert torch.allclose(got, reference, atol=1e-5)
-    library = lib.tiled_attention(q, k, v, is_causal=is_causal, block_size=block)
+    library = efficient.tiled_attention(q, k, v, is_causal=is_causal, block_size=block)
     assert torch.allclose(got, library, atol=1e-5)
 
 
@@ -83,7 +83,7 @@ def test_tiled_attention_equals_sdpa_and_library(nb, N, M, block, is_causal):
 def test_linear_attention_equals_library(nb, N, is_causal):
     q, k, v = _qkv((2, 3), N, N, 8, 4, seed=N)
     got = nb["linear_attention"](q, k, v, is_causal=is_causal)
-    assert torch.allclose(got, lib.linear_attention(q, k, v, is_causal=is_causal), atol=1e-5)
+    assert torch.allclose(got, efficient.linear_attention(q, k, v, is_causal=is_causal), atol=1e-5)
 
 
 @pytest.mark.parametrize(("N", "window"), [(1, 1), (7, 2), (12, 5), (6, 20)])

@@ -35,6 +35,17 @@ def test_plot_attention_rejects_wrong_labels_and_shapes():
         plotting.plot_attention(np.ones((2, 3, 4)))
 
 
+def test_to_numpy_takes_tensors_with_gradients_arrays_and_lists():
+    x = torch.tensor([[0.25, 0.75]], requires_grad=True) * 1.0  # not a leaf: needs detach
+    got = plotting.to_numpy(x)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    np.testing.assert_array_equal(got, [[0.25, 0.75]])
+    half = plotting.to_numpy(torch.tensor([1, 3], dtype=torch.float16))
+    assert half.dtype == np.float32  # NumPy and matplotlib handle float32, not every dtype
+    assert plotting.to_numpy([1, 2]).dtype == np.float64
+    assert plotting.to_numpy(np.eye(2, dtype=np.int64)).dtype == np.float64
+
+
 def test_plot_helpers_leave_global_settings_alone():
     before = dict(matplotlib.rcParams)
     plotting.plot_attention(np.eye(3))

@@ -1,5 +1,8 @@
-"""Repository rules: pinned environments agree, notebooks are stored clean."""
+"""Repository rules: pinned environments agree, notebooks are stored clean, and the package
+keeps its structure (no private names across modules, building blocks below apps, exercises
+and widgets, a glossary that lists every module, every exercise checked)."""
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -155,3 +158,274 @@ def test_no_module_is_much_over_400_lines(path):
     # One concern per module (COURSE_MAP's layout); a module that grows past this is split.
     lines = len(path.read_text().splitlines())
     assert lines <= 420, f"{path.relative_to(ROOT)} has {lines} lines: split it by concern"
+
+
+# ---------------------------------------------------------------------------------------
+# The package's structure: imports between modules, the glossary, exercises with checkers
+# ---------------------------------------------------------------------------------------
+PACKAGE = ROOT / "course_utils"
+# Modules a building block (a top-level module) must never import: they sit above it.
+ABOVE_BUILDING_BLOCKS = ("course_utils.apps", "course_utils.exercises", "course_utils.widgets")
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    """``course_utils/exercises/nb02.py`` -> ``course_utils.exercises.nb02``; a package's
+    ``__init__.py`` -> the package's name."""
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module and subpackage of ``package`` by dotted name (the package itself excluded)."""
+    modules = {module_name(p, package): p for p in sorted(package.rglob("*.py"))}
+    modules.pop(package.name, None)
+    return modules
+
+
+def course_imports(source: str, module: str, is_package: bool, known: set[str]):
+    """``(imported module, imported name or None, line)`` for each import from the package.
+
+    Relative imports are resolved against ``module``; ``from course_utils import x`` counts
+    as importing the module ``course_utils.x`` when that module exists (``known``).
+    ``module._name`` attribute reads of a module imported whole count as importing ``_name``.
+    """
+    top = module.split(".")[0]
+    found, whole = [], {}  # whole: local name -> module imported as a whole
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == top:
+                    found.append((alias.name, None, node.lineno))
+                    if alias.asname:
+                        whole[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join(package + ([base] if base else []))
+            if base.split(".")[0] != top:
+                continue
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    found.append((f"{base}.{alias.name}", None, node.lineno))
+                    whole[alias.asname or alias.name] = f"{base}.{alias.name}"
+                else:
+                    found.append((base, alias.name, node.lineno))
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in whole
+        ):
+            found.append((whole[node.value.id], node.attr, node.lineno))
+    return found
+
+
+def private_imports(modules: dict[str, Path]) -> list[str]:
+    """Where a module takes a private (``_name``) name from another module of the package.
+
+    ``course_utils._validate`` is private to the package as a whole: its names are public
+    inside it, so importing from it is allowed.
+    """
+    problems = []
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for imported, attr, line in course_imports(
+            path.read_text(), name, is_package, set(modules)
+        ):
+            if imported in (name, "course_utils._validate") or attr is None:
+                continue
+            if attr.startswith("_") and not attr.startswith("__"):
+                problems.append(f"{name}:{line} uses {imported}.{attr}")
+    return problems
+
+
+def building_block_violations(modules: dict[str, Path]) -> list[str]:
+    """Where a top-level module (a building block) imports apps, exercises or widgets."""
+    problems = []
+    for name, path in modules.items():
+        if name.count(".") != 1 or path.name == "__init__.py" or name == "course_utils.widgets":
+            continue  # subpackage modules, and widgets itself, are not building blocks
+        for imported, _, line in course_imports(path.read_text(), name, False, set(modules)):
+            if any(imported == m or imported.startswith(m + ".") for m in ABOVE_BUILDING_BLOCKS):
+                problems.append(f"{name}:{line} imports {imported}")
+    return problems
+
+
+def glossary_modules(docstring: str) -> list[str]:
+    """The module column of the glossary's table (``| concept | module | notebooks |``)."""
+    rows = [line.strip() for line in docstring.splitlines() if line.strip().startswith("|")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert cells and cells[0][1] == "module", "no '| concept | module | notebooks |' table"
+    return [c[1].strip("`") for c in cells[1:] if not set(c[1]) <= set("-: ")]
+
+
+def test_no_module_takes_a_private_name_from_another():
+    problems = private_imports(package_modules())
+    assert not problems, "make the name public (and document it), or move it:\n" + "\n".join(
+        problems
+    )
+
+
+def test_private_import_check_catches_each_form(tmp_path):
+    package = tmp_path / "course_utils"
+    (package / "exercises").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "_validate.py").write_text("def check_x(): ...\n")
+    (package / "plotting.py").write_text("def _to_numpy(x): ...\ndef _own(): ...\n")
+    (package / "widgets.py").write_text(
+        "from course_utils.plotting import _to_numpy\n"  # 1: absolute
+        "from .plotting import _to_numpy as f\n"  # 2: relative
+        "from course_utils import plotting\n"
+        "plotting._to_numpy(1)\n"  # 4: through the module
+        "from course_utils._validate import check_x\n"  # allowed
+        "print(plotting.__name__)\n"  # a dunder is not private
+    )
+    (package / "exercises" / "__init__.py").write_text("")
+    (package / "exercises" / "nb02.py").write_text("from ..plotting import _own\n")
+    problems = private_imports(package_modules(package))
+    lines = sorted(p.split(" uses ")[0].rsplit(":", 1)[1] for p in problems if "widgets" in p)
+    assert lines == ["1", "2", "4"], problems
+    assert "course_utils.exercises.nb02:1 uses course_utils.plotting._own" in problems
+    assert len(problems) == 4
+
+
+def test_building_blocks_never_import_apps_exercises_or_widgets():
+    problems = building_block_violations(package_modules())
+    assert not problems, "a building block must not depend on what is built from it:\n" + "\n".join(
+        problems
+    )
+
+
+def test_building_block_check_catches_imports_from_above(tmp_path):
+    package = tmp_path / "course_utils"
+    for sub in ("exercises", "apps"):
+        (package / sub).mkdir(parents=True)
+        (package / sub / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "apps" / "translation.py").write_text("from course_utils import widgets\n")
+    (package / "widgets.py").write_text("from course_utils import plotting\n")
+    (package / "plotting.py").write_text("import numpy\n")
+    (package / "attention.py").write_text(
+        "from course_utils.exercises import check_function\n"
+        "from course_utils.apps import translation\n"
+        "import course_utils.widgets\n"
+        "from . import plotting\n"  # a building block: allowed
+    )
+    problems = building_block_violations(package_modules(package))
+    assert sorted(p.split(" imports ")[1] for p in problems) == [
+        "course_utils.apps.translation",
+        "course_utils.exercises",
+        "course_utils.widgets",
+    ], problems  # apps.translation may import widgets: it is not a building block
+
+
+def test_glossary_lists_every_module_and_nothing_else():
+    import course_utils
+
+    listed = glossary_modules(course_utils.__doc__)
+    assert len(listed) == len(set(listed)), f"listed twice: {sorted(listed)}"
+    existing = {name.removeprefix("course_utils.") for name in package_modules()}
+    missing, stale = sorted(existing - set(listed)), sorted(set(listed) - existing)
+    assert not missing, f"course_utils/__init__.py's table does not list {missing}"
+    assert not stale, f"course_utils/__init__.py's table lists modules that do not exist: {stale}"
+
+
+def test_glossary_parser_reads_the_module_column():
+    doc = (
+        "Words.\n\n| concept | module | notebooks |\n|---|---|---|\n"
+        "| masks | ``attention`` | 02 |\n| checks | exercises.nb02 | 02 |\nMore words.\n"
+    )
+    assert glossary_modules(doc) == ["attention", "exercises.nb02"]
+    with pytest.raises(AssertionError, match="no '| concept"):
+        glossary_modules("a docstring without a table")
+
+
+# Exercises: a solution block is checked by the notebook's own checker module
+def notebook_checker_names(sources: list[str], number: str) -> tuple[set[str], set[str]]:
+    """Names bound to ``course_utils.exercises.nbNN`` (module aliases) and to its functions."""
+    own = f"course_utils.exercises.nb{number}"
+    modules, functions = set(), set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module == own:
+                functions |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module == "course_utils.exercises":
+                modules |= {a.asname or a.name for a in node.names if a.name == f"nb{number}"}
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname for a in node.names if a.name == own and a.asname}
+    return modules, functions
+
+
+def unchecked_solutions(sources: list[str], number: str) -> list[str]:
+    """Solution blocks (``# BEGIN SOLUTION`` ... ``# END SOLUTION``, in the code cells
+    ``sources``) not followed, before the next block, by a call to a checker of
+    ``course_utils.exercises.nbNN``."""
+    sources = [
+        "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in s.split("\n"))
+        for s in sources
+    ]  # IPython magics are no Python: blank them, keeping line numbers
+    modules, functions = notebook_checker_names(sources, number)
+    events = []  # (cell, line, kind)
+    for cell, source in enumerate(sources):
+        for line, text in enumerate(source.split("\n"), start=1):
+            if text.strip() in ("# BEGIN SOLUTION", "# END SOLUTION"):
+                events.append((cell, line, text.strip()[2:5]))  # "BEG" or "END"
+        for node in ast.walk(ast.parse(source)):
+            func = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+            by_module = (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id in modules
+                and not func.attr.startswith("_")
+            )
+            if by_module or (isinstance(func, ast.Name) and func.id in functions):
+                events.append((cell, node.lineno, "check"))
+    events.sort()
+    problems, open_block, checked = [], None, True
+    for cell, line, kind in events:
+        if kind == "BEG":
+            if open_block is not None and not checked:
+                problems.append(f"cell {open_block[0]}, line {open_block[1]}")
+            open_block, checked = (cell, line), None  # None: inside the block
+        elif kind == "END" and open_block is not None:
+            checked = False
+        elif kind == "check" and checked is False:
+            checked = True
+    if open_block is not None and not checked:
+        problems.append(f"cell {open_block[0]}, line {open_block[1]}")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_solution_is_checked_by_the_notebook_checkers(path):
+    cells = json.loads(path.read_text())["cells"]
+    # markdown cells count as empty code, so that problems name the notebook's cell numbers
+    sources = ["".join(c["source"]) if c["cell_type"] == "code" else "" for c in cells]
+    number = path.name[:2]
+    problems = unchecked_solutions(sources, number)
+    assert not problems, (
+        f"{path.name}: the solution blocks at {problems} are not followed by a call to a "
+        f"checker from course_utils.exercises.nb{number} before the next exercise"
+    )
+
+
+def test_unchecked_solution_finder_catches_missing_and_foreign_checks():
+    solution = "def my_f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+    imports = "from course_utils.exercises import nb02\nfrom course_utils.exercises import nb04\n"
+    checked = [imports, solution, "nb02.check_f(my_f)\n"]
+    assert unchecked_solutions(checked, "02") == []
+    assert unchecked_solutions([imports, solution + "nb02.check_f(my_f)\n"], "02") == []
+    by_name = "from course_utils.exercises.nb01 import check_f as cf\n"
+    assert unchecked_solutions([by_name, solution, "cf(my_f)\n"], "01") == []
+    # no check at all; another notebook's checker; a private helper; a check that comes
+    # only after the next exercise's solution
+    assert unchecked_solutions([imports, solution], "02") == ["cell 1, line 2"]
+    assert unchecked_solutions([imports, solution, "nb04.check_f(my_f)\n"], "02") != []
+    assert unchecked_solutions([imports, solution, "nb02._cases(my_f)\n"], "02") != []
+    late = [imports, solution, solution, "nb02.check_f(my_f)\n"]
+    assert unchecked_solutions(late, "02") == ["cell 1, line 2"]
+    # a call inside the solution block does not count as its check
+    inside = "def my_f(x):\n    # BEGIN SOLUTION\n    nb02.check_f(x)\n    # END SOLUTION\n"
+    assert unchecked_solutions([imports, inside], "02") == ["cell 1, line 2"]

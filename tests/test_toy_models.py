@@ -71,7 +71,7 @@ def test_without_positions_the_bidirectional_model_is_permutation_equivariant():
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: ToyConfig(embed_dim=30, num_heads=4), ValueError, "divisible"),
+        (lambda: ToyConfig(d_model=30, num_heads=4), ValueError, "divisible"),
         (lambda: ToyConfig(positions="rotary"), ValueError, "positions must be one of"),
         (lambda: ToyConfig(vocab_size=0), ValueError, "vocab_size must be a positive int"),
         (lambda: AttentionOnlyTransformer({"vocab_size": 5}), TypeError, "ToyConfig"),

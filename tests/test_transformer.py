@@ -36,7 +36,7 @@ def _lengths_to_keys(lengths: torch.Tensor, width: int) -> torch.Tensor:
     return torch.arange(width)[None, :] < lengths[:, None]
 
 
-# Random configurations: (d_model, nhead, enc layers, dec layers, d_ff, activation, bias)
+# Random configurations: (d_model, num_heads, enc layers, dec layers, d_ff, activation, bias)
 CONFIGS = [
     (16, 2, 1, 1, 32, "relu", True),
     (24, 3, 2, 3, 40, "gelu", True),
@@ -165,7 +165,7 @@ def test_gradients_reach_every_parameter(norm_first):
 
 def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="divisible"):
-        tf.Transformer(d_model=10, nhead=3)
+        tf.Transformer(d_model=10, num_heads=3)
     with pytest.raises(ValueError, match="divisible"):
         tf.EncoderLayer(10, 4, 20)
     model = tf.Transformer(8, 2, 1, 1, 16).eval()

@@ -26,13 +26,13 @@ from collections.abc import Callable, Sequence
 import torch
 
 
-def _describe(x) -> str:
+def _describe(x: object) -> str:
     if isinstance(x, torch.Tensor):
         return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype}"
     return f"{type(x).__name__} {x!r}"[:200]
 
 
-def _compare(expected, got, atol: float) -> str | None:
+def _compare(expected: object, got: object, atol: float) -> str | None:
     """None when ``got`` matches ``expected``, else a message saying how it differs."""
     if isinstance(expected, tuple):
         if not isinstance(got, tuple) or len(got) != len(expected):

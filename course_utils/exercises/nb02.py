@@ -55,10 +55,12 @@ def check_scaled_dot_product_attention(fn: Callable) -> None:
     )
 
 
-def _additive_reference(query, key, W_q, W_k, v):
-    """The library's ``AdditiveScore`` holding the given matrices (``W (H, D)``, ``v (H,)``)."""
-    H, Dq = W_q.shape
-    module = attention.AdditiveScore(query_dim=Dq, key_dim=W_k.shape[1], hidden_dim=H)
+def _additive_reference(
+    query: torch.Tensor, key: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
+    """The library's ``AdditiveScore`` holding the given matrices (``W (A, D)``, ``v (A,)``)."""
+    A, Dq = W_q.shape
+    module = attention.AdditiveScore(query_dim=Dq, key_dim=W_k.shape[1], hidden_dim=A)
     with torch.no_grad():
         module.w_q.weight.copy_(W_q)
         module.w_k.weight.copy_(W_k)
@@ -70,14 +72,16 @@ def check_additive_score(fn: Callable) -> None:
     """Check a learner's ``additive(query, key, W_q, W_k, v)`` -> scores ``(..., Lq, Lk)``."""
     g = seeded(2)
 
-    def case(q_shape, k_shape, H):
+    def case(
+        q_shape: tuple[int, ...], k_shape: tuple[int, ...], A: int
+    ) -> tuple[torch.Tensor, ...]:
         Dq, Dk = q_shape[-1], k_shape[-1]
         return (
             torch.randn(*q_shape, generator=g),
             torch.randn(*k_shape, generator=g),
-            torch.randn(H, Dq, generator=g),
-            torch.randn(H, Dk, generator=g),
-            torch.randn(H, generator=g),
+            torch.randn(A, Dq, generator=g),
+            torch.randn(A, Dk, generator=g),
+            torch.randn(A, generator=g),
         )
 
     cases = [case((3, 4), (5, 4), 8), case((3, 4), (5, 6), 7), case((2, 3, 4), (2, 6, 5), 8)]
@@ -86,13 +90,15 @@ def check_additive_score(fn: Callable) -> None:
         _additive_reference,
         cases,
         name="additive_score",
-        hint="project first: query @ W_q.T is (..., Lq, H) and key @ W_k.T is (..., Lk, H); "
-        "unsqueeze them to (..., Lq, 1, H) and (..., 1, Lk, H) so their sum is (..., Lq, Lk, H); "
+        hint="project first: query @ W_q.T is (..., Lq, A) and key @ W_k.T is (..., Lk, A); "
+        "unsqueeze them to (..., Lq, 1, A) and (..., 1, Lk, A) so their sum is (..., Lq, Lk, A); "
         "then tanh, then @ v.",
     )
 
 
-def _nadaraya_watson_reference(x_query, x_train, y_train, bandwidth):
+def _nadaraya_watson_reference(
+    x_query: torch.Tensor, x_train: torch.Tensor, y_train: torch.Tensor, bandwidth: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     scores = -((x_query[:, None] - x_train[None, :]) ** 2) / (2 * bandwidth**2)  # (Lq, Lk)
     weights = attention.masked_softmax(scores)
     return weights @ y_train, weights  # (Lq,), (Lq, Lk)

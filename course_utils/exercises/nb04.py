@@ -1,6 +1,6 @@
 """Checkers for the exercises of notebook 04 (self-attention and multi-head attention).
 
-``check_split_heads`` compares the ``(B, L, E) -> (B, H, L, E / H)`` reshape (a plain view
+``check_split_heads`` compares the ``(B, L, E) -> (B, H, L, D)`` reshape (``D = E / H``) (a plain view
 to that shape mixes positions into heads and fails); ``check_multi_head_self_attention``
 compares with ``attention.MultiHeadAttention`` without biases holding the given matrices,
 with and without a causal mask; ``check_previous_token_score`` compares each head's mean
@@ -18,8 +18,8 @@ from course_utils.exercises import check_function, seeded
 from course_utils.interpret import head_pattern_scores
 
 
-def _split_heads_reference(x, num_heads):
-    B, L, E = x.shape  # (B, L, E) -> (B, L, H, E/H) -> (B, H, L, E/H)
+def _split_heads_reference(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    B, L, E = x.shape  # (B, L, E) -> (B, L, H, D) -> (B, H, L, D)
     return x.reshape(B, L, num_heads, E // num_heads).transpose(1, 2)
 
 
@@ -42,7 +42,15 @@ def check_split_heads(fn: Callable) -> None:
     )
 
 
-def _multi_head_reference(x, W_q, W_k, W_v, W_o, num_heads, mask=None):
+def _multi_head_reference(
+    x: torch.Tensor,
+    W_q: torch.Tensor,
+    W_k: torch.Tensor,
+    W_v: torch.Tensor,
+    W_o: torch.Tensor,
+    num_heads: int,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The library's ``MultiHeadAttention`` without biases, holding ``W`` (``x @ W`` layout)."""
     E = x.shape[-1]
     module = attention.MultiHeadAttention(E, num_heads, bias=False)
@@ -60,7 +68,7 @@ def check_multi_head_self_attention(fn: Callable) -> None:
     """Check ``mha(x, W_q, W_k, W_v, W_o, num_heads, mask)`` -> ``(out (B, L, E), weights)``."""
     g = seeded(41)
 
-    def case(B, L, E, H, masked):
+    def case(B: int, L: int, E: int, H: int, masked: bool) -> tuple:
         Ws = [torch.randn(E, E, generator=g) / E**0.5 for _ in range(4)]
         mask = attention.causal_mask(L) if masked else None
         return (torch.randn(B, L, E, generator=g), *Ws, H, mask)
@@ -71,8 +79,8 @@ def check_multi_head_self_attention(fn: Callable) -> None:
         _multi_head_reference,
         cases,
         name="multi_head_self_attention",
-        hint="project with x @ W_q (and W_k, W_v), split each into heads (B, H, L, dk), "
-        "scores = q @ k^T / sqrt(dk) with dk = E // H, masked softmax, weights @ v, then "
+        hint="project with x @ W_q (and W_k, W_v), split each into heads (B, H, L, D), "
+        "scores = q @ k^T / sqrt(D) with D = E // H, masked softmax, weights @ v, then "
         "transpose(1, 2).reshape(B, L, E) to merge the heads and multiply by W_o.",
     )
 

@@ -46,13 +46,13 @@ def check_attention_entropy(fn: Callable) -> None:
 
 def _top_k_reference(queries: torch.Tensor, corpus: torch.Tensor, k: int):
     unit = torch.nn.functional.normalize
-    sims = unit(queries, dim=-1) @ unit(corpus, dim=-1).T  # (Q, N) cosine similarities
+    sims = unit(queries, dim=-1) @ unit(corpus, dim=-1).T  # (Lq, Lk) cosine similarities
     return tuple(sims.topk(k, dim=-1))
 
 
 def check_top_k_search(fn: Callable) -> None:
-    """Check a learner's ``top_k_search(queries (Q, E), corpus (N, E), k)`` ->
-    ``(similarities (Q, k), indices (Q, k))``, best first, by cosine similarity."""
+    """Check a learner's ``top_k_search(queries (Lq, E), corpus (Lk, E), k)`` ->
+    ``(similarities (Lq, k), indices (Lq, k))``, best first, by cosine similarity."""
     g = seeded(112)
     corpus = torch.randn(20, 16, generator=g)
     near = corpus[[3, 11]] + 0.1 * torch.randn(2, 16, generator=g)  # close to items 3 and 11
@@ -67,6 +67,6 @@ def check_top_k_search(fn: Callable) -> None:
         cases,
         name="top_k_search",
         hint="cosine similarity is the dot product of unit vectors: F.normalize both, "
-        "queries @ corpus.T gives (Q, N), then .topk(k, dim=-1) returns (values, indices), "
+        "queries @ corpus.T gives (Lq, Lk), then .topk(k, dim=-1) returns (values, indices), "
         "largest first.",
     )
