@@ -22,7 +22,8 @@ A tensor's shape is written with these letters; each letter means one thing ever
     A       additive-attention hidden size
     V       vocabulary size
     K       beam size
-    C       number of classes / outputs of a toy model's read-out
+    C       size of the encoder states an attention decoder reads (``enc_dim``; its
+            context vectors have this size too)
 
 ``...`` stands for any leading batch dimensions. ``MultiHeadAttention`` writes its queries
 ``(B, L, E)``, its keys ``(B, S, E)`` and its weights ``(B, H, L, S)``, as the public API
@@ -60,24 +61,27 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | input checks shared by the modules, one message style                | _validate           | -                  |
 | scores, masked softmax, causal mask, attention, multi-head attention | attention           | 02-06              |
 | sinusoidal, learned and rotary positions, relative offsets           | positional          | 05, 06             |
-| vocabularies, seeded sequence tasks, batches, padding masks          | data                | 01, 03, 06, 07     |
+| vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
 | a notebook's asserted learning targets                               | targets             | 01, 03-07, 13      |
-| the GRU encoder-decoder and its accuracy by length                   | seq2seq             | 01, 03, 06, 07     |
-| the GRU decoder with additive (Bahdanau) attention                   | bahdanau            | 03, 07             |
+| greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06, 07     |
+| exact match, accuracy by length, BLEU                                | metrics             | 01, 03, 06, 07     |
+| attention against gold alignments: accuracy, AER, baselines          | alignment           | 03, 07             |
+| the GRU encoder-decoder (Seq2SeqConfig), its sequence loss           | seq2seq             | 01, 03, 07         |
+| the GRU decoder with additive (Bahdanau) attention (BahdanauConfig)  | bahdanau            | 03, 07             |
 | small attention-only models whose heads can be read                  | toy_models          | 04, 05             |
 | Transformer layers and the embedding-free core, from_torch           | transformer         | 06, 07             |
-| a Transformer seq2seq model with embeddings, greedy and beam search  | transformer_seq2seq | 06, 07             |
+| a Transformer seq2seq model with embeddings (TransformerConfig)      | transformer_seq2seq | 06, 07             |
 | naive, tiled ("flash") and linear attention                          | efficient           | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
 | the peak extra memory of a call (benchmarks use it too)              | measure             | 13                 |
-| a synthetic language pair with gold word alignments                  | translation         | 07                 |
-| a loader for tab-separated sentence-pair files                       | corpus              | 07                 |
-| BLEU and alignment error rate                                        | mt_metrics          | 07                 |
 | head scores and attention rollout                                    | interpret           | 04, 11             |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, head and model views, curves      | plotting            | 00-04, 06, 07, 11  |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07                 |
+| a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
+| a loader for tab-separated sentence-pair files                       | apps.corpus         | 07                 |
 | the exercise-checking harness                                        | exercises           | 01-07, 11, 13      |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |

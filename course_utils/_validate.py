@@ -13,7 +13,7 @@ import torch
 # ---------------------------------------------------------------------------------------
 # Input checks: every public function names the argument and the shapes it got.
 # ---------------------------------------------------------------------------------------
-def check_qkv(query, key, value, same_length: bool = False) -> None:
+def check_qkv(query: object, key: object, value: object, same_length: bool = False) -> None:
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -32,7 +32,7 @@ def check_qkv(query, key, value, same_length: bool = False) -> None:
         raise ValueError(f"query and key must have the same length N here, got {shapes}")
 
 
-def check_positive(name: str, value) -> None:
+def check_positive(name: str, value: object) -> None:
     """An int >= 1; bools are rejected (``True`` is an int to Python, never a size here)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
@@ -40,7 +40,7 @@ def check_positive(name: str, value) -> None:
         raise ValueError(f"{name} must be positive, got {value}")
 
 
-def check_tensor(name: str, x, dims: int | None = None) -> None:
+def check_tensor(name: str, x: object, dims: int | None = None) -> None:
     """``x`` must be a ``torch.Tensor`` (``TypeError``), with ``dims`` dimensions if given."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -48,7 +48,7 @@ def check_tensor(name: str, x, dims: int | None = None) -> None:
         raise ValueError(f"{name} must have {dims} dims, got shape {tuple(x.shape)}")
 
 
-def check_ids(name: str, ids) -> None:
+def check_ids(name: str, ids: object) -> None:
     """Token ids: a 2-D integer tensor ``(B, L)``."""
     check_tensor(name, ids)
     if ids.dtype != torch.long:
@@ -57,7 +57,7 @@ def check_ids(name: str, ids) -> None:
         raise ValueError(f"{name} must be a 2-D tensor (B, L), got shape {tuple(ids.shape)}")
 
 
-def check_lengths(name: str, lengths, batch: int, width: int) -> None:
+def check_lengths(name: str, lengths: object, batch: int, width: int) -> None:
     """``lengths`` (B,) integers with every value in 1..``width``."""
     check_tensor(name, lengths)
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
@@ -71,13 +71,13 @@ def check_lengths(name: str, lengths, batch: int, width: int) -> None:
         )
 
 
-def check_src(src, src_len) -> None:
+def check_src(src: object, src_len: object) -> None:
     """A padded source ``src`` (B, S) long and its lengths ``src_len`` (B,) in 1..S."""
     check_ids("src", src)
     check_lengths("src_len", src_len, src.shape[0], src.shape[1])
 
 
-def check_per_step(name: str, x, ids_name: str, ids, last: str) -> None:
+def check_per_step(name: str, x: object, ids_name: str, ids: object, last: str) -> None:
     """``x`` a 3-D tensor ``(B, T, last)`` and ``ids`` a ``(B, T)`` id tensor, one per step."""
     check_tensor(name, x)
     if x.dim() != 3:

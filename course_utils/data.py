@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -97,7 +97,9 @@ class ModelConfig:
     """
 
     @classmethod
-    def from_vocab(cls, src_vocab: Vocab, tgt_vocab: Vocab | None = None, **sizes: object):
+    def from_vocab(
+        cls, src_vocab: Vocab, tgt_vocab: Vocab | None = None, **sizes: object
+    ) -> ModelConfig:
         """The config for ``src_vocab`` -> ``tgt_vocab`` (default: the same vocabulary)."""
         tgt_vocab = src_vocab if tgt_vocab is None else tgt_vocab
         for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
@@ -351,7 +353,7 @@ def batches(
     batch_size: int,
     shuffle: bool = False,
     seed: int = 0,
-):
+) -> Iterator[Batch]:
     """Yield :class:`Batch` objects over ``data``; with ``shuffle``, in a seeded random order."""
     order = list(range(len(data)))
     if shuffle:
@@ -360,7 +362,7 @@ def batches(
         yield make_batch([data[i] for i in order[start : start + batch_size]], data.vocab)
 
 
-def infinite_batches(data: SequencePairs, batch_size: int, seed: int = 0):
+def infinite_batches(data: SequencePairs, batch_size: int, seed: int = 0) -> Iterator[Batch]:
     """Shuffled batches forever, a new seeded order each epoch (for step-based training)."""
     epoch = 0
     while True:
@@ -373,7 +375,7 @@ def infinite_batches(data: SequencePairs, batch_size: int, seed: int = 0):
 # ---------------------------------------------------------------------------------------
 
 
-def length_bucketed_batches(data: SequencePairs, batch_size: int, seed: int = 0):
+def length_bucketed_batches(data: SequencePairs, batch_size: int, seed: int = 0) -> Iterator[Batch]:
     """Batches of sources of (nearly) equal length, in a new seeded random order each epoch.
 
     An attention decoder runs one Python step per target token and attends over every

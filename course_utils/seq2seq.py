@@ -18,11 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils._validate import check_ids, check_per_step, check_src
+from course_utils._validate import check_ids, check_src
 from course_utils.data import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 
 State = tuple[torch.Tensor, ...]
@@ -174,28 +173,3 @@ class Seq2Seq(GRUEncoderDecoder):
         """``tokens`` (B,) -> ``(log_probs (B, V), (hidden,), None)``."""
         logits, hidden = self.decoder(tokens[:, None], state[0])  # (B, 1, V), (B, R)
         return logits[:, 0].log_softmax(dim=-1), (hidden,), None
-
-
-# ---------------------------------------------------------------------------------------
-# Loss
-# ---------------------------------------------------------------------------------------
-
-
-def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """Mean cross-entropy over the non-pad target positions.
-
-    ``logits`` (B, T, V), ``targets`` (B, T) -> a scalar.
-    """
-    check_per_step("logits", logits, "targets", targets, last="V")
-    B, T, V = logits.shape
-    return F.cross_entropy(
-        logits.reshape(B * T, V),  # (B, T, V) -> (B*T, V)
-        targets.reshape(B * T),  # (B, T) -> (B*T,)
-        ignore_index=pad_id,
-    )
-
-
-def seq2seq_loss(model: nn.Module, batch) -> torch.Tensor:
-    """``loss_fn`` for :func:`course_utils.training.fit`: teacher-forced loss on one batch."""
-    logits = model(batch.src, batch.src_len, batch.tgt_in)  # (B, T, V)
-    return sequence_loss(logits, batch.tgt_out, model.pad_id)

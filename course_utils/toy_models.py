@@ -35,8 +35,7 @@ class ToyConfig:
     """Sizes of an :class:`AttentionOnlyTransformer`.
 
     ``positions`` is ``"learned"``, ``"sinusoidal"`` or ``"none"``; ``causal`` adds the
-    causal mask in every layer; ``num_outputs`` (``C``) is the size of the read-out per
-    position.
+    causal mask in every layer; ``num_outputs`` is the size of the read-out per position.
     """
 
     vocab_size: int = 10
@@ -71,7 +70,7 @@ class ToyConfig:
 class AttentionOnlyTransformer(nn.Module):
     """Embeddings + positions -> ``num_layers`` x (self-attention + residual) -> linear.
 
-    ``forward(ids (B, L)) -> (logits (B, L, C), weights)`` (``C = num_outputs``) where ``weights`` is a
+    ``forward(ids (B, L)) -> (logits (B, L, num_outputs), weights)`` where ``weights`` is a
     list with one ``(B, H, L, L)`` tensor per layer: the very weights the output used.
 
     >>> model = AttentionOnlyTransformer(ToyConfig(vocab_size=5, max_len=6, num_outputs=3))

@@ -14,6 +14,7 @@ Transformer paper's warm-up learning rate (notebook 06).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -33,6 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+
+from course_utils._validate import check_per_step
 
 if TYPE_CHECKING:
     from course_utils.data import Batch
@@ -268,50 +271,45 @@ def train_or_load(
 
 
 # ---------------------------------------------------------------------------------------
-# Losses and learning-rate schedules (notebook 06's Transformer)
+# Losses (notebooks 01, 06) and learning-rate schedules (notebook 06)
 # ---------------------------------------------------------------------------------------
-def label_smoothed_loss(
-    logits: torch.Tensor, targets: torch.Tensor, pad_id: int, smoothing: float = 0.1
+def sequence_loss(
+    logits: torch.Tensor, targets: torch.Tensor, pad_id: int, smoothing: float = 0.0
 ) -> torch.Tensor:
-    """Cross-entropy against ``(1 - smoothing) * one_hot + smoothing / V``, mean over non-pad.
-
-    ``logits (B, T, V), targets (B, T) -> scalar``; equals ``F.cross_entropy(...,
-    ignore_index=pad_id, label_smoothing=smoothing)``. ``smoothing=0`` is plain cross-entropy.
+    """Mean cross-entropy over the non-pad target positions; ``logits (B, T, V), targets
+    (B, T) -> scalar``. With ``smoothing``, against ``(1 - smoothing) * one_hot + smoothing /
+    V`` (label smoothing, notebook 06). Equals ``F.cross_entropy(..., ignore_index=pad_id,
+    label_smoothing=smoothing)``.
 
     >>> logits = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])
-    >>> round(label_smoothed_loss(logits, torch.tensor([[0, 1]]), pad_id=1, smoothing=0.0).item(), 4)
+    >>> round(sequence_loss(logits, torch.tensor([[0, 1]]), pad_id=1).item(), 4)
     0.2395
     """
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise ValueError(
-            f"logits must be a 3-D tensor (B, T, V), got shape {tuple(getattr(logits, 'shape', ()))}"
-        )
-    if not isinstance(targets, torch.Tensor) or targets.shape != logits.shape[:2]:
-        raise ValueError(
-            f"targets must have shape (B, T) = {tuple(logits.shape[:2])}, got "
-            f"{tuple(getattr(targets, 'shape', ()))}"
-        )
+    check_per_step("logits", logits, "targets", targets, last="V")
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)):
+        raise TypeError(f"smoothing must be a float, got {smoothing!r}")
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     B, T, V = logits.shape
     return F.cross_entropy(
-        logits.reshape(B * T, V),
-        targets.reshape(B * T),
+        logits.reshape(B * T, V),  # (B, T, V) -> (B*T, V)
+        targets.reshape(B * T),  # (B, T) -> (B*T,)
         ignore_index=pad_id,
         label_smoothing=smoothing,
     )
 
 
+def seq2seq_loss(model: torch.nn.Module, batch: Batch, smoothing: float = 0.0) -> torch.Tensor:
+    """``loss_fn`` for :func:`fit`: the teacher-forced :func:`sequence_loss` of one batch."""
+    logits = model(batch.src, batch.src_len, batch.tgt_in)  # (B, T, V)
+    return sequence_loss(logits, batch.tgt_out, model.pad_id, smoothing)
+
+
 def smoothed_seq2seq_loss(
     smoothing: float = 0.1,
 ) -> Callable[[torch.nn.Module, Batch], torch.Tensor]:
-    """A ``loss_fn`` for :func:`fit` with label smoothing."""
-
-    def loss_fn(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-        logits = model(batch.src, batch.src_len, batch.tgt_in)  # (B, T, V)
-        return label_smoothed_loss(logits, batch.tgt_out, model.pad_id, smoothing)
-
-    return loss_fn
+    """:func:`seq2seq_loss` with label smoothing, as a ``loss_fn`` for :func:`fit`."""
+    return functools.partial(seq2seq_loss, smoothing=smoothing)
 
 
 def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:

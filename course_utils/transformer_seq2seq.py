@@ -126,7 +126,9 @@ class TransformerSeq2Seq(nn.Module):
         x = embed(ids) * math.sqrt(self.config.d_model)  # (B, L) -> (B, L, E)
         return self.dropout(x + self.pe[:L])  # positions broadcast over the batch
 
-    def encode(self, src: torch.Tensor, src_len: torch.Tensor):
+    def encode(
+        self, src: torch.Tensor, src_len: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """``src (B, S), src_len (B,) -> (memory (B, S, E), key mask (B, S), enc weights)``."""
         check_src(src, src_len)
         keys = lengths_to_mask(src_len, src.shape[1])  # (B, S), True at real tokens
@@ -135,7 +137,9 @@ class TransformerSeq2Seq(nn.Module):
         )
         return memory, keys, weights
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_keys: torch.Tensor):
+    def decode(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_keys: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """``tgt_in (B, T)`` -> ``(logits (B, T, V), self_weights, cross_weights)``."""
         T = tgt_in.shape[1]
         out, self_w, cross_w = self.transformer.decode(

@@ -22,7 +22,7 @@ from course_utils.data import (
 from course_utils.decoding import greedy_decode
 from course_utils.exercises import nb03
 from course_utils.metrics import accuracy_by_length, exact_match
-from course_utils.seq2seq import seq2seq_loss
+from course_utils.training import seq2seq_loss
 
 VOCAB = letter_vocab(10)
 PAD, BOS, EOS = VOCAB.pad_id, VOCAB.bos_id, VOCAB.eos_id

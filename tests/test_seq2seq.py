@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from course_utils import seq2seq
 from course_utils.data import letter_vocab
-from course_utils.seq2seq import GRUEncoder, Seq2Seq, Seq2SeqConfig, sequence_loss
+from course_utils.seq2seq import GRUEncoder, Seq2Seq, Seq2SeqConfig
+from course_utils.training import sequence_loss
 
 VOCAB = letter_vocab(10)
 PAD, BOS, EOS = VOCAB.pad_id, VOCAB.bos_id, VOCAB.eos_id

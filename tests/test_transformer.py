@@ -158,7 +158,7 @@ def test_gradients_reach_every_parameter(norm_first):
     tgt_in = torch.randint(3, 9, (3, 5), generator=g)
     tgt_in[:, 0] = 1
     logits = seq(src_ids, torch.tensor([6, 6, 6]), tgt_in)
-    training.label_smoothed_loss(logits, torch.randint(3, 9, (3, 5), generator=g), 0).backward()
+    training.sequence_loss(logits, torch.randint(3, 9, (3, 5), generator=g), 0).backward()
     for name, p in seq.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
@@ -194,7 +194,7 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="src_len"):
         seq(torch.tensor([[4, 5]]), torch.tensor([3]), torch.tensor([[1]]))
     with pytest.raises(ValueError, match="targets"):
-        training.label_smoothed_loss(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), 0)
+        training.sequence_loss(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), 0)
     with pytest.raises(ValueError, match="step"):
         training.noam_rate(0, 512, 4000)
 
@@ -217,7 +217,7 @@ def test_label_smoothing_is_cross_entropy_against_the_smoothed_distribution(smoo
     per_token = -(q * logits.log_softmax(-1)).sum(-1)  # (B, T)
     real = targets != pad
     expected = per_token[real].mean()
-    got = training.label_smoothed_loss(logits, targets, pad, smoothing)
+    got = training.sequence_loss(logits, targets, pad, smoothing)
     assert torch.isclose(got, expected, atol=1e-6)
 
 
@@ -349,7 +349,7 @@ def test_length_penalty_prefers_longer_outputs(trained):
 
 def test_seq2seq_model_works_with_the_course_metrics(trained):
     from course_utils.metrics import accuracy_by_length
-    from course_utils.seq2seq import seq2seq_loss
+    from course_utils.training import seq2seq_loss
 
     model, batch = trained
     vocab = letter_vocab(6)

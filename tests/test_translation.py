@@ -18,7 +18,8 @@ from course_utils.apps.translation import (
 )
 from course_utils.data import length_bucketed_batches, make_batch
 from course_utils.decoding import greedy_decode
-from course_utils.seq2seq import Seq2Seq, Seq2SeqConfig, seq2seq_loss
+from course_utils.seq2seq import Seq2Seq, Seq2SeqConfig
+from course_utils.training import seq2seq_loss
 
 PAIRS = make_pairs(400, seed=5)
 

@@ -245,7 +245,7 @@ def _source_length(s: _Sentence) -> int:
     return n + sum(len(p) + np_len(np) for p, np in s.pps)
 
 
-def _random_np(rng: random.Random, nouns) -> _NounPhrase:
+def _random_np(rng: random.Random, nouns: list[tuple[str, str, str, int]]) -> _NounPhrase:
     return _NounPhrase(rng.choice(nouns), plural=rng.random() < 0.4, definite=rng.random() < 0.6)
 
 

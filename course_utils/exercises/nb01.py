@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from course_utils import metrics
 from course_utils.exercises import check_function, seeded
@@ -18,11 +19,13 @@ from course_utils.exercises import check_function, seeded
 def check_gru_cell_step(fn: Callable) -> None:
     """Check a learner's ``gru_cell_step(x, h, W_ih, W_hh, b_ih, b_hh)`` against ``nn.GRUCell``.
 
-    The weights use torch's layout: ``W_ih`` (3H, D) and ``W_hh`` (3H, H) stack the reset,
-    update and candidate rows in that order; ``b_ih``, ``b_hh`` are (3H,).
+    The weights use torch's layout: ``W_ih`` (3R, E) and ``W_hh`` (3R, R) stack the reset,
+    update and candidate rows in that order; ``b_ih``, ``b_hh`` are (3R,), with ``E`` the input size and ``R`` the state size.
     """
 
-    def reference(x, h, W_ih, W_hh, b_ih, b_hh):
+    def reference(
+        x: Tensor, h: Tensor, W_ih: Tensor, W_hh: Tensor, b_ih: Tensor, b_hh: Tensor
+    ) -> Tensor:
         cell = torch.nn.GRUCell(W_ih.shape[1], W_hh.shape[1])
         with torch.no_grad():
             for name, value in zip(
@@ -35,15 +38,15 @@ def check_gru_cell_step(fn: Callable) -> None:
 
     g = seeded(10)
     cases = []
-    for B, D, H in [(1, 3, 2), (4, 5, 3), (2, 8, 6)]:
+    for B, E, R in [(1, 3, 2), (4, 5, 3), (2, 8, 6)]:
         cases.append(
             (
-                torch.randn(B, D, generator=g),
-                torch.randn(B, H, generator=g),
-                torch.randn(3 * H, D, generator=g),
-                torch.randn(3 * H, H, generator=g),
-                torch.randn(3 * H, generator=g),
-                torch.randn(3 * H, generator=g),
+                torch.randn(B, E, generator=g),
+                torch.randn(B, R, generator=g),
+                torch.randn(3 * R, E, generator=g),
+                torch.randn(3 * R, R, generator=g),
+                torch.randn(3 * R, generator=g),
+                torch.randn(3 * R, generator=g),
             )
         )
     check_function(

@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from course_utils import alignment, attention, bahdanau
 from course_utils.data import lengths_to_mask
 from course_utils.exercises import check_function, seeded
 
 
-def _attention_read_reference(query, enc_states, src_mask, W_q, W_k, v):
+def _attention_read_reference(
+    query: Tensor, enc_states: Tensor, src_mask: Tensor, W_q: Tensor, W_k: Tensor, v: Tensor
+) -> tuple[Tensor, Tensor]:
     """``bahdanau.attend`` with an ``AdditiveScore`` holding ``W_q (A, R)``, ``W_k (A, C)``, ``v (A,)``."""
     A, R = W_q.shape
     score = attention.AdditiveScore(query_dim=R, key_dim=W_k.shape[1], hidden_dim=A)
@@ -36,7 +39,7 @@ def check_attention_read(fn: Callable) -> None:
     """
     g = seeded(30)
 
-    def case(B, S, R, C, A, lengths):
+    def case(B: int, S: int, R: int, C: int, A: int, lengths: list[int]) -> tuple[Tensor, ...]:
         src_mask = lengths_to_mask(torch.tensor(lengths), S)  # (B, S)
         return (
             torch.randn(B, R, generator=g),
@@ -78,7 +81,7 @@ def check_alignment_accuracy(fn: Callable) -> None:
         (mirrored, mirrored_gold),
     ]
 
-    def as_tensor(f):
+    def as_tensor(f: Callable) -> Callable:
         return lambda w, gold: torch.as_tensor(f(w, gold), dtype=torch.float64)
 
     check_function(

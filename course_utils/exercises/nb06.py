@@ -2,7 +2,7 @@
 
 ``check_feed_forward`` compares the position-wise feed-forward block with
 ``transformer.FeedForward`` holding the given weights; ``check_label_smoothing_loss``
-compares with ``transformer.label_smoothed_loss`` (padding not counted); ``check_noam_rate``
+compares with ``training.sequence_loss`` (padding not counted); ``check_noam_rate``
 compares the warm-up-then-decay learning rate with ``transformer.noam_rate``.
 """
 
@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from course_utils.exercises import check_function, seeded
-from course_utils.training import label_smoothed_loss, noam_rate
+from course_utils.training import noam_rate, sequence_loss
 from course_utils.transformer import FeedForward
 
 
-def _feed_forward_reference(x, W1, b1, W2, b2):
+def _feed_forward_reference(x: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor) -> Tensor:
     module = FeedForward(W1.shape[1], W1.shape[0])
     with torch.no_grad():
         for layer, W, b in ((module.linear1, W1, b1), (module.linear2, W2, b2)):
@@ -60,7 +61,7 @@ def check_label_smoothing_loss(fn: Callable) -> None:
     cases = [(logits, targets, 0, 0.0), (logits, targets, 0, 0.1), (3 * logits, targets, 0, 0.4)]
     check_function(
         fn,
-        label_smoothed_loss,
+        sequence_loss,
         cases,
         name="label_smoothing_loss",
         hint="build q = smoothing / V everywhere plus (1 - smoothing) at the target, take "
@@ -72,7 +73,7 @@ def check_label_smoothing_loss(fn: Callable) -> None:
 def check_noam_rate(fn: Callable) -> None:
     """Check a learner's ``noam(step, d_model, warmup_steps, factor)`` -> a float."""
 
-    def as_tensor(f):
+    def as_tensor(f: Callable) -> Callable:
         return lambda *args: torch.tensor(float(f(*args)), dtype=torch.float64)
 
     cases = [(1, 512, 4000, 1.0), (4000, 512, 4000, 1.0), (20000, 512, 4000, 1.0)]

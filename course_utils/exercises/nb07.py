@@ -60,7 +60,7 @@ def check_brevity_penalty(fn: Callable) -> None:
     """Check ``brevity_penalty(hyp_len, ref_len)`` -> BLEU's BP, a float in [0, 1]."""
     cases = [(10, 10), (12, 10), (9, 10), (5, 10), (1, 7), (0, 4)]
 
-    def as_tensor(f):
+    def as_tensor(f: Callable) -> Callable:
         return lambda c, r: torch.tensor(float(f(c, r)), dtype=torch.float64)
 
     check_function(
