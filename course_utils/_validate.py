@@ -88,3 +88,14 @@ def check_per_step(name: str, x: object, ids_name: str, ids: object, last: str) 
             f"{ids_name} must have shape (B, T) = {tuple(x.shape[:2])} to match {name} "
             f"{tuple(x.shape)}, got {tuple(ids.shape)}"
         )
+
+
+def check_bool_mask(name: str, mask: object, meaning: str = "True = may attend") -> None:
+    """A boolean mask tensor; ``meaning`` says what ``True`` means, for the message."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must be boolean ({meaning}), got dtype {mask.dtype} "
+            f"with shape {tuple(mask.shape)}"
+        )

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from course_utils._validate import check_positive
+from course_utils._validate import check_bool_mask, check_positive
 
 Device = torch.device | str | None  # where a new tensor goes (None: the default device)
 Mask = torch.Tensor | None  # a boolean mask (True = may attend), or no mask
@@ -50,18 +50,8 @@ def _check_query_key(query: torch.Tensor, key: torch.Tensor) -> None:
     _check_batch_dims("query and key", query, key)
 
 
-def _check_bool_mask(mask: object) -> None:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be boolean (True = may attend), got dtype {mask.dtype} "
-            f"with shape {tuple(mask.shape)}"
-        )
-
-
 def _check_mask(mask: object, scores_shape: torch.Size) -> None:
-    _check_bool_mask(mask)
+    check_bool_mask("mask", mask)
     try:
         ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
@@ -216,11 +206,7 @@ def with_key_padding(
     """
     if padding_mask is None:
         return attn_mask
-    if not isinstance(padding_mask, torch.Tensor) or padding_mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must be a boolean tensor (True = real token), got "
-            f"{type(padding_mask).__name__} {getattr(padding_mask, 'dtype', '')}"
-        )
+    check_bool_mask(name, padding_mask, "True = real token")
     if padding_mask.shape != (batch, length):
         raise ValueError(
             f"{name} must have shape (B, S) = {(batch, length)}, got {tuple(padding_mask.shape)}"
@@ -228,11 +214,7 @@ def with_key_padding(
     keys = padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S): the same for every query
     if attn_mask is None:
         return keys
-    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
-        raise TypeError(
-            f"attention masks must be boolean (True = may attend), got "
-            f"{getattr(attn_mask, 'dtype', type(attn_mask).__name__)}"
-        )
+    check_bool_mask("attention masks", attn_mask)
     if attn_mask.dim() == 3:  # (B, L, S) -> (B, 1, L, S), so it broadcasts over heads
         attn_mask = attn_mask[:, None]
     return attn_mask & keys
@@ -283,7 +265,7 @@ def _mask_for_heads(
     ``(B or 1, H or 1, Lq, Lk)`` (per head). A key-padding mask is ``(B, 1, Lk)`` or
     ``(B, 1, 1, Lk)``.
     """
-    _check_bool_mask(mask)
+    check_bool_mask("mask", mask)
     given = tuple(mask.shape)
     if mask.dim() == 2:
         mask = mask[None, None]
