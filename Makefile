@@ -1,12 +1,13 @@
 # Two commands for learners and CI:
-#   make lab   set up .venv if needed, then open JupyterLab on the course
+#   make lab   set up .venv if needed, then open JupyterLab on the learner's copies of the
+#              course (my_notebooks/: exercises unsolved; existing copies are never overwritten)
 #   make test  set up .venv if needed, then run ruff, the unit tests and every notebook
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab test venv lint student clean
+.PHONY: lab lab-solutions test venv lint student clean
 
 venv: $(STAMP)
 
@@ -22,8 +23,16 @@ $(STAMP): pyproject.toml
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# The learner's copies: every exercise unsolved, with its checker and hint. A copy that
+# exists already is left as it is, so make lab never overwrites a learner's work.
 lab: venv
-	@echo "Starting JupyterLab on notebooks/ (stop it with Ctrl-C, then y) ..."
+	@$(BIN)/python -m course_utils.exercises.student notebooks my_notebooks --keep-existing
+	@echo "Starting JupyterLab on my_notebooks/ (stop it with Ctrl-C, then y) ..."
+	$(BIN)/jupyter lab --notebook-dir=my_notebooks $(ROOT_FLAG)
+
+# The course as tested, every exercise solved (instructors; or to compare with your own).
+lab-solutions: venv
+	@echo "Starting JupyterLab on notebooks/, solutions included (stop it with Ctrl-C, then y) ..."
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 lint: venv

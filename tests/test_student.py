@@ -86,3 +86,29 @@ def test_every_course_notebook_makes_a_valid_student_copy(tmp_path):
 def test_refuses_to_overwrite_the_course():
     with pytest.raises(SystemExit):
         student.main([str(ROOT / "notebooks"), str(ROOT / "notebooks")])
+
+
+def test_keep_existing_writes_missing_copies_and_leaves_a_learners_work_alone(tmp_path, capsys):
+    course = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    mine = tmp_path / course[1].name
+    mine.write_text('{"my": "work"}\n')  # a copy the learner has already worked in
+    student.main([str(ROOT / "notebooks"), str(tmp_path), "--keep-existing"])
+    assert mine.read_text() == '{"my": "work"}\n'
+    assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == [p.name for p in course]
+    out = capsys.readouterr().out
+    assert out.count("written") == len(course) - 1 and "1 copy in" in out
+    fresh = json.loads((tmp_path / course[0].name).read_text())
+    assert fresh["cells"] and all(c.get("outputs", []) == [] for c in fresh["cells"])
+    # without the flag every copy is written afresh (make student)
+    student.main([str(ROOT / "notebooks"), str(tmp_path)])
+    assert mine.read_text() != '{"my": "work"}\n'
+
+
+def test_make_lab_opens_the_learner_copies_and_lab_solutions_the_course():
+    makefile = (ROOT / "Makefile").read_text()
+    lab = makefile.split("\nlab: venv\n")[1].split("\n\n")[0]
+    assert "course_utils.exercises.student notebooks my_notebooks --keep-existing" in lab
+    assert "--notebook-dir=my_notebooks" in lab
+    solutions = makefile.split("\nlab-solutions: venv\n")[1].split("\n\n")[0]
+    assert "--notebook-dir=notebooks" in solutions
+    assert "my_notebooks/" in (ROOT / ".gitignore").read_text().splitlines()

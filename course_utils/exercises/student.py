@@ -12,9 +12,11 @@ A student copy keeps everything else and puts, in place of each marked block, a 
 raises ``NotImplementedError`` at the block's indentation. The checker cell that follows then
 reports "not implemented yet" until the learner writes the code.
 
-Command line (also ``make student``)::
+Command line (``make student`` writes every copy afresh; ``make lab`` adds
+``--keep-existing``, so a copy a learner has worked in is never overwritten)::
 
     python -m course_utils.exercises.student notebooks/ student_notebooks/
+    python -m course_utils.exercises.student notebooks/ my_notebooks/ --keep-existing
 """
 
 from __future__ import annotations
@@ -72,14 +74,29 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path, help="folder of course notebooks")
     parser.add_argument("target", type=Path, help="folder to write the student copies to")
+    parser.add_argument(
+        "--keep-existing",
+        action="store_true",
+        help="write only the copies that are missing; leave existing ones as they are",
+    )
     args = parser.parse_args(argv)
     if args.source.resolve() == args.target.resolve():
         parser.error("target must differ from source: the course keeps its solutions")
     args.target.mkdir(parents=True, exist_ok=True)
+    kept = []
     for path in sorted(args.source.glob("*.ipynb")):
+        out = args.target / path.name
+        if args.keep_existing and out.exists():
+            kept.append(path.name)
+            continue
         notebook, removed = student_notebook(json.loads(path.read_text()))
-        (args.target / path.name).write_text(json.dumps(notebook, indent=1) + "\n")
-        print(f"{path.name}: {removed} solution(s) removed")
+        out.write_text(json.dumps(notebook, indent=1) + "\n")
+        print(f"{out}: written, {removed} solution(s) replaced by a stub")
+    if kept:
+        copies = "copy" if len(kept) == 1 else "copies"
+        print(
+            f"{len(kept)} {copies} in {args.target}/ kept as they are (delete one to get it fresh)"
+        )
 
 
 if __name__ == "__main__":
