@@ -87,7 +87,7 @@ def layer_costs(
     not their 2 n^2 d multiply-adds, nor the projections every layer type pays in some form.
     Convolutions have ``kernel_size`` k; a contiguous stack needs ``n / k`` layers to connect
     all positions, a dilated one ``log_k n``. Restricted self-attention looks at a
-    ``neighbourhood`` of r keys.
+    ``neighbourhood`` of r keys (all n if r > n). A path is at least one layer long.
 
     >>> costs = layer_costs(n=100, d=512)
     >>> costs["self-attention"]["operations"] < costs["recurrent"]["operations"]  # n < d
@@ -100,15 +100,19 @@ def layer_costs(
     check_positive("neighbourhood", neighbourhood)
     if kernel_size < 2:
         raise ValueError(f"kernel_size must be at least 2 (log_k n needs k > 1), got {kernel_size}")
-    k, r = kernel_size, neighbourhood
+    k, r = kernel_size, min(neighbourhood, n)
     conv_ops = float(k * n * d * d)
     return {  # Table 1: operations per layer, sequential operations, maximum path length
         "self-attention": dict(operations=float(n * n * d), sequential=1.0, path=1.0),
         "recurrent": dict(operations=float(n * d * d), sequential=float(n), path=float(n)),
-        "convolutional (contiguous)": dict(operations=conv_ops, sequential=1.0, path=n / k),
-        "convolutional (dilated)": dict(operations=conv_ops, sequential=1.0, path=math.log(n, k)),
+        "convolutional (contiguous)": dict(
+            operations=conv_ops, sequential=1.0, path=max(1.0, n / k)
+        ),
+        "convolutional (dilated)": dict(
+            operations=conv_ops, sequential=1.0, path=max(1.0, math.log(n, k))
+        ),
         "self-attention (restricted)": dict(
-            operations=float(r * n * d), sequential=1.0, path=n / r
+            operations=float(r * n * d), sequential=1.0, path=max(1.0, n / r)
         ),
     }
 
