@@ -74,7 +74,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a Transformer seq2seq model with embeddings (TransformerConfig)      | transformer_seq2seq | 06, 07             |
 | naive, tiled ("flash") and linear attention                          | efficient           | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
-| the peak extra memory of a call (benchmarks use it too)              | measure             | 13                 |
+| what a call costs: peak memory, multiply-adds, Table 1's layer costs | measure             | 04, 13             |
 | head scores and attention rollout                                    | interpret           | 04, 11             |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, head and model views, curves      | plotting            | 00-04, 06, 07, 11  |

@@ -152,14 +152,23 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return torch.softmax(filled, dim=-1).masked_fill(~mask, 0.0)
 
 
-def causal_mask(Lq: int, Lk: int | None = None, device: Device = None) -> torch.Tensor:
-    """``(Lq, Lk)`` boolean mask, True on and below the diagonal: query i sees keys 0..i.
+def causal_mask(
+    Lq: int, Lk: int | None = None, device: Device = None, offset: int = 0
+) -> torch.Tensor:
+    """``(Lq, Lk)`` boolean mask, True on and below a diagonal: query i sees keys 0..i + offset.
 
-    Aligned at the top-left, as ``torch.nn.functional.scaled_dot_product_attention`` does
-    for ``is_causal=True``.
+    ``offset=0`` aligns it at the top-left, as ``torch.nn.functional.scaled_dot_product_attention``
+    does for ``is_causal=True``; ``offset=Lk - Lq`` at the bottom-right, which queries that
+    are the last Lq of Lk positions need (a decoder with a cache of past keys, notebook 17).
+
+    >>> causal_mask(2, 4, offset=2).int()  # two new queries after two cached keys
+    tensor([[1, 1, 1, 0],
+            [1, 1, 1, 1]], dtype=torch.int32)
     """
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__} {offset!r}")
     Lk = Lq if Lk is None else Lk
-    return torch.ones(Lq, Lk, dtype=torch.bool, device=device).tril()
+    return torch.ones(Lq, Lk, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
 def mask_from_torch(mask: torch.Tensor) -> torch.Tensor:

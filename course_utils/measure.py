@@ -1,17 +1,24 @@
-"""Measuring what a call costs: the extra memory it touches.
+"""Measuring what a call costs: the extra memory it touches, the multiply-adds it does.
 
 Notebook 13 and ``benchmarks/attention.py`` measure memory here, one way for both.
 :func:`peak_extra_memory` reads the resident-memory high-water mark that Linux keeps for
 every process, so it counts every byte a call touched (torch's tensors, autograd's saved
 tensors and its libraries' scratch buffers alike), which ``tracemalloc`` (Python objects
 only) and torch's CPU allocator statistics do not.
+
+Notebook 04 asks what a layer costs before running it: :func:`layer_costs` holds Vaswani et
+al.'s (2017) Table 1 for recurrent, convolutional and self-attention layers, and
+:func:`count_multiply_adds` counts what a call actually does, to check the formulas.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 from typing import Any
+
+from course_utils._validate import check_positive
 
 
 def resident_kib(field: str = "VmRSS") -> int:
@@ -66,3 +73,67 @@ def peak_extra_memory(fn: Callable[..., Any], *args, **kwargs) -> tuple[Any, int
         return fn(*args, **kwargs), None
     result = fn(*args, **kwargs)
     return result, max(resident_kib("VmHWM") - before, 0) * 1024
+
+
+def layer_costs(
+    n: int, d: int, kernel_size: int = 3, neighbourhood: int = 16
+) -> dict[str, dict[str, float]]:
+    """Vaswani et al. (2017), Table 1, for ``n`` tokens of width ``d``: one row per layer type.
+
+    Each row holds ``operations`` (per layer), ``sequential`` (operations that must run one
+    after another) and ``path`` (the most layers or steps a signal takes between two
+    positions). The values are the table's growth rates without their constants: a
+    self-attention layer's ``n^2 d`` counts the products ``Q K^T`` and ``weights V`` once,
+    not their 2 n^2 d multiply-adds, nor the projections every layer type pays in some form.
+    Convolutions have ``kernel_size`` k; a contiguous stack needs ``n / k`` layers to connect
+    all positions, a dilated one ``log_k n``. Restricted self-attention looks at a
+    ``neighbourhood`` of r keys (all n if r > n). A path is at least one layer long.
+
+    >>> costs = layer_costs(n=100, d=512)
+    >>> costs["self-attention"]["operations"] < costs["recurrent"]["operations"]  # n < d
+    True
+    >>> costs["recurrent"]["path"], costs["self-attention"]["path"]
+    (100.0, 1.0)
+    """
+    for name, value in (("n", n), ("d", d), ("kernel_size", kernel_size)):
+        check_positive(name, value)
+    check_positive("neighbourhood", neighbourhood)
+    if kernel_size < 2:
+        raise ValueError(f"kernel_size must be at least 2 (log_k n needs k > 1), got {kernel_size}")
+    k, r = kernel_size, min(neighbourhood, n)
+    conv_ops = float(k * n * d * d)
+    return {  # Table 1: operations per layer, sequential operations, maximum path length
+        "self-attention": dict(operations=float(n * n * d), sequential=1.0, path=1.0),
+        "recurrent": dict(operations=float(n * d * d), sequential=float(n), path=float(n)),
+        "convolutional (contiguous)": dict(
+            operations=conv_ops, sequential=1.0, path=max(1.0, n / k)
+        ),
+        "convolutional (dilated)": dict(
+            operations=conv_ops, sequential=1.0, path=max(1.0, math.log(n, k))
+        ),
+        "self-attention (restricted)": dict(
+            operations=float(r * n * d), sequential=1.0, path=max(1.0, n / r)
+        ),
+    }
+
+
+def count_multiply_adds(fn: Callable[..., Any], *args, **kwargs) -> tuple[Any, int]:
+    """Call ``fn(*args, **kwargs)``; return ``(result, multiply-adds it did)``.
+
+    Counted by ``torch.utils.flop_counter.FlopCounterMode`` from the shapes of every matrix
+    product and convolution the call runs (``nn.Linear``, ``@``, ``nn.GRU``'s gates ...):
+    an exact count, the same on every machine and thread count. Element-wise work (softmax,
+    activations, bias additions) is not counted; in a layer it is the smaller part.
+
+    >>> import torch
+    >>> _, macs = count_multiply_adds(torch.matmul, torch.ones(2, 3), torch.ones(3, 4))
+    >>> macs  # 2 x 4 outputs, each a sum of 3 products
+    24
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    with FlopCounterMode(display=False) as counter:
+        result = fn(*args, **kwargs)
+    return result, counter.get_total_flops() // 2  # a multiply-add is two floating-point ops

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -248,27 +249,57 @@ def plot_model_view(
     """Every head of every layer as a small heatmap: ``attentions (num_layers, H, L, L)``.
 
     Rows are layers (bottom layer at the top), columns are heads; each panel has queries
-    down and keys across, like :func:`plot_head_view`'s heatmap. Drawn with ``imshow`` so
-    that the 72 panels of a 6 x 12 model draw in about a second.
+    down and keys across, like :func:`plot_head_view`'s heatmap, and all share one colour
+    bar (0 to 1). Token labels sit on the outer panels (keys under the bottom row, queries
+    left of the first column), as large as a panel of ``panel_size`` inches allows; where a
+    label would be under 5 points, every second (third, ...) token is labelled. Drawn with
+    ``imshow`` so that the 72 panels of a 6 x 12 model draw in about a second.
     """
     A = to_numpy(attentions)
     _check_square("attentions", A, tokens, 4)
-    num_layers, H = A.shape[:2]
-    fig, axes = plt.subplots(
-        num_layers, H, figsize=(0.6 + panel_size * H, 0.7 + panel_size * num_layers), squeeze=False
+    num_layers, H, L = A.shape[0], A.shape[1], len(tokens)
+    per_token = 0.9 * 72 * panel_size / L  # points of panel height per token
+    stride = max(1, math.ceil(5.0 / per_token))  # label every stride-th token, at >= 5 pt
+    fontsize = min(8.0, per_token * stride)
+    label = max(len(t) for t in tokens) * 0.6 * fontsize / 72 + 0.1  # inches of the longest
+    # Margins in inches: layer names and query labels left, key labels below, title above,
+    # the colour bar right; the panels keep their size whatever the labels need.
+    left, right, bottom, top = 0.35 + label, 0.9, 0.15 + label, 0.6
+    width = left + panel_size * (H + 0.08 * (H - 1)) + right
+    height = bottom + panel_size * (num_layers + 0.08 * (num_layers - 1)) + top
+    fig, axes = plt.subplots(num_layers, H, figsize=(width, height), squeeze=False)
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        bottom=bottom / height,
+        top=1 - top / height,
+        wspace=0.08,
+        hspace=0.08,
     )
+    shown = list(range(0, L, stride))
     for n in range(num_layers):
         for h in range(H):
             ax = axes[n, h]
-            ax.imshow(A[n, h], cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
+            image = ax.imshow(A[n, h], cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+            # ticks on the outer panels only: 72 panels of labels would draw slowly
+            bottom_row, first_column = n == num_layers - 1, h == 0
+            ax.set_xticks(shown if bottom_row else [])
+            ax.set_yticks(shown if first_column else [])
+            if bottom_row:
+                ax.set_xticklabels([tokens[i] for i in shown], rotation=90, fontsize=fontsize)
+                ax.tick_params(axis="x", length=0, pad=1)
+            if first_column:
+                ax.set_yticklabels([tokens[i] for i in shown], fontsize=fontsize)
+                ax.tick_params(axis="y", length=0, pad=1)
             if n == 0:
                 ax.set_title(f"head {h + 1}", fontsize=8)
             if h == 0:
                 ax.set_ylabel(f"layer {n + 1}", fontsize=8)
+    colour_bar = fig.add_axes(
+        (1 - (right - 0.15) / width, bottom / height, 0.12 / width, 1 - (bottom + top) / height)
+    )
+    fig.colorbar(image, cax=colour_bar, label="attention weight")
     fig.suptitle(
         title or f"All {num_layers} x {H} heads ({len(tokens)} tokens; queries down, keys across)"
     )
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.02, top=0.9, wspace=0.08, hspace=0.08)
     return fig

@@ -172,6 +172,24 @@ def test_causal_mask_matches_torch_convention():
     assert torch.equal(ref > 0, A.causal_mask(4, 6))
 
 
+def test_causal_mask_offset_aligns_bottom_right_like_torch():
+    """offset = Lk - Lq: query i is key position i + Lk - Lq, and sees keys up to it."""
+    from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+
+    for Lq, Lk in [(1, 5), (3, 7), (4, 4), (2, 3)]:
+        brute = torch.tensor([[j <= i + Lk - Lq for j in range(Lk)] for i in range(Lq)])
+        bottom_right = A.causal_mask(Lq, Lk, offset=Lk - Lq)
+        assert torch.equal(bottom_right, brute)
+        q, k, v = torch.randn(1, 1, Lq, 3), torch.randn(1, 1, Lk, 3), torch.eye(Lk)[None, None]
+        top_left = A.causal_mask(Lq, Lk)
+        for bias, ours in [(causal_lower_right, bottom_right), (causal_upper_left, top_left)]:
+            weights = F.scaled_dot_product_attention(q, k, v, attn_mask=bias(Lq, Lk))
+            assert torch.equal(weights[0, 0] > 0, ours)  # output row i = weights row i
+        assert bottom_right[-1].all()  # the last query sees every key
+    with pytest.raises(TypeError, match="offset must be an int"):
+        A.causal_mask(3, 5, offset=2.0)
+
+
 def test_sdpa_causal_and_mask_combined():
     q, k, v = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5, 2)
     pad = torch.tensor([True, True, True, False, True])

@@ -77,3 +77,56 @@ def test_bad_input_is_named():
         measure.peak_extra_memory(3)
     with pytest.raises(ValueError, match="field must be 'VmRSS' or 'VmHWM', got 'VmPeak'"):
         measure.resident_kib("VmPeak")
+
+
+# --- Vaswani et al.'s Table 1 and the multiply-add counter that checks it ---
+def test_layer_costs_follow_table_1_and_cross_over_at_n_equal_d():
+    for n in (1, 7, 64, 512, 3000):
+        for d in (8, 64, 512):
+            costs = measure.layer_costs(n, d, kernel_size=3, neighbourhood=5)
+            attn, rnn = costs["self-attention"], costs["recurrent"]
+            assert attn["operations"] / rnn["operations"] == pytest.approx(n / d)
+            # self-attention is cheaper per layer exactly when n < d
+            assert (attn["operations"] < rnn["operations"]) == (n < d)
+            assert rnn["sequential"] == rnn["path"] == n and attn["path"] == 1
+            dilated = costs["convolutional (dilated)"]["path"]
+            assert 3**dilated == pytest.approx(max(n, 3))  # log_3 n layers, at least one
+            assert costs["convolutional (contiguous)"]["path"] == pytest.approx(max(n / 3, 1))
+            restricted = costs["self-attention (restricted)"]
+            assert restricted["operations"] == min(5, n) * n * d  # r keys, or all n if fewer
+            assert restricted["path"] == pytest.approx(max(n / 5, 1))
+            assert all(row["path"] >= 1 for row in costs.values())
+            assert all(row["sequential"] == 1 for name, row in costs.items() if name != "recurrent")
+
+
+def test_layer_costs_reject_bad_sizes():
+    with pytest.raises(TypeError, match="n must be an int"):
+        measure.layer_costs(10.0, 8)
+    with pytest.raises(ValueError, match="d must be positive"):
+        measure.layer_costs(10, 0)
+    with pytest.raises(ValueError, match="kernel_size must be at least 2"):
+        measure.layer_costs(10, 8, kernel_size=1)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        measure.count_multiply_adds(3)
+
+
+def test_counted_multiply_adds_match_each_layers_formula():
+    import torch
+    from torch import nn
+
+    from course_utils.attention import scaled_dot_product_attention
+
+    n, d, k = 12, 8, 3
+    x = torch.randn(1, n, d)
+    # attention: Q K^T is n x n outputs of d products, weights V is n x d outputs of n products
+    _, macs = measure.count_multiply_adds(scaled_dot_product_attention, x, x, x)
+    assert macs == 2 * n * n * d
+    # a GRU: three gates, each with a (d x d) input and a (d x d) recurrent matrix, per step
+    _, macs = measure.count_multiply_adds(nn.GRU(d, d, batch_first=True), x)
+    assert macs == 6 * n * d * d
+    # a same-length convolution: n outputs of d channels, each k * d products
+    conv = nn.Conv1d(d, d, k, padding=k // 2)
+    result, macs = measure.count_multiply_adds(conv, x.transpose(1, 2))
+    assert macs == k * n * d * d and result.shape == (1, d, n)
+    # element-wise work is not counted
+    assert measure.count_multiply_adds(torch.softmax, x, -1)[1] == 0

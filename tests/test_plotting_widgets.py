@@ -191,3 +191,33 @@ def test_plot_attention_draws_one_mesh_without_drawing_the_figure(monkeypatch):
     assert [t.get_text() for t in ax.texts] == ["0.90", "0.10", "0.30", "0.70"]
     # a number on a dark cell is white, on a light cell black
     assert [t.get_color() for t in ax.texts] == ["white", "black", "black", "white"]
+
+
+def test_model_view_labels_outer_panels_and_shares_one_colour_bar():
+    tokens = ["[CLS]", "a", "cat", "sat", "[SEP]"]
+    A = torch.softmax(torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(0)), -1)
+    fig = plotting.plot_model_view(A, tokens)
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 * 3
+    grid = [panels[0:3], panels[3:6]]  # row by row: layers down, heads across
+    for n, row in enumerate(grid):
+        for h, ax in enumerate(row):
+            keys = [t.get_text() for t in ax.get_xticklabels()]
+            queries = [t.get_text() for t in ax.get_yticklabels()]
+            assert keys == (tokens if n == 1 else [])  # keys under the bottom row only
+            assert queries == (tokens if h == 0 else [])  # queries left of the first column
+    sizes = {t.get_fontsize() for t in grid[1][0].get_xticklabels()}
+    assert min(sizes) >= 5  # readable
+    # one colour bar, shared: every panel maps 0..1 with the same colours
+    bars = [im.colorbar for ax in panels for im in ax.images if im.colorbar is not None]
+    assert len(bars) == 1 and bars[0].ax.get_ylabel() == "attention weight"
+    assert {ax.images[0].get_clim() for ax in panels} == {(0.0, 1.0)}
+    plt.close(fig)
+    # too many tokens for one label each: every k-th token is labelled, still readable
+    many = [f"t{i}" for i in range(40)]
+    fig = plotting.plot_model_view(torch.full((1, 2, 40, 40), 1 / 40), many)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    stride = 40 // len(labels) if labels else 0
+    assert 1 < len(labels) < 40 and labels == many[::stride]
+    assert min(t.get_fontsize() for t in fig.axes[0].get_xticklabels()) >= 5
+    plt.close(fig)
