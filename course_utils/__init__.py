@@ -75,7 +75,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | naive, tiled ("flash") and linear attention                          | efficient           | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
 | what a call costs: peak memory, multiply-adds, Table 1's layer costs | measure             | 04, 13             |
-| head scores and attention rollout                                    | interpret           | 04, 11             |
+| head scores, attention rollout, linear probes of hidden states       | interpret           | 01, 04, 11         |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, head and model views, curves      | plotting            | 00-04, 06, 07, 11  |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |

@@ -1,4 +1,5 @@
-"""Reading attention weights: what each head looks at, and attention rollout across layers.
+"""Reading what a model holds: what each attention head looks at, attention rollout across
+layers, and linear probes of hidden states.
 
 Every function takes attention weights as a model returns them, ``(B, H, L, L)`` per layer
 (row ``i`` of a head's matrix: how query ``i`` spreads its attention over the keys), and
@@ -13,9 +14,13 @@ all-MiniLM-L6-v2's (:mod:`course_utils.pretrained`).
   self, as notebook 04 reads its toy model. Its "previous" is not ``offset_scores(...,
   offset=-1)``: it leaves out query 1 (whose previous token is also the first) and has no
   padding mask, so the two give different numbers on the same weights.
+- :func:`probe_accuracy`: how well a linear classifier reads a label (e.g. the letter at
+  one input position) back from hidden states, on held-out examples; notebook 01 probes
+  its encoder's final state.
 
-Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``H`` heads, ``L`` tokens);
-``num_layers`` counts the layers.
+Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``H`` heads, ``L`` tokens,
+``R`` the size of a hidden state); ``num_layers`` counts the layers and ``num_examples`` the
+examples a probe reads.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
+
+from course_utils._validate import check_positive, check_tensor
 
 # Attention weights of every layer: one (B, H, L, L) tensor per layer, or them stacked
 Attentions = Sequence[torch.Tensor] | torch.Tensor
@@ -184,3 +192,94 @@ def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
         "first": weights[:, :, t, 0].mean(dim=(0, 2)),
         "self": weights[:, :, t, t].mean(dim=(0, 2)),
     }
+
+
+def probe_accuracy(
+    train_features: torch.Tensor,
+    train_labels: torch.Tensor,
+    test_features: torch.Tensor,
+    test_labels: torch.Tensor,
+    num_classes: int,
+    steps: int = 200,
+    lr: float = 0.1,
+) -> torch.Tensor:
+    """Fit linear probes on the training examples; return their accuracy on the test examples.
+
+    A probe is multinomial logistic regression, ``softmax(x W + b)`` with ``W (R,
+    num_classes)``: it reads a label back from a feature vector ``x`` only if the label is
+    *linearly* decodable from it. Labels ``(num_examples,)`` give one probe; labels
+    ``(num_examples, P)`` give ``P`` probes on the same features (e.g. the letter at each of
+    ``P`` input positions), fitted together: they share no parameter, and each one's loss
+    enters the sum alone, so each is fitted as it would be on its own. Labels are ints in
+    ``0 .. num_classes - 1``.
+
+    Features ``(num_examples, R)`` are standardised with the training mean and standard
+    deviation; ``W`` and ``b`` start at zero and take ``steps`` full-batch Adam steps on the
+    mean cross-entropy, so the result is deterministic (no seed). The accuracy is measured
+    on the test examples only, which the probes never saw. Returns a scalar tensor for
+    labels ``(num_examples,)``, else ``(P,)``.
+
+    >>> x = torch.tensor([[0.0], [1.0], [2.0], [3.0]])  # label 1 exactly when x > 1.5
+    >>> y = torch.tensor([0, 0, 1, 1])
+    >>> probe_accuracy(x, y, torch.tensor([[0.5], [2.5]]), torch.tensor([0, 1]), num_classes=2)
+    tensor(1.)
+    """
+    check_positive("num_classes", num_classes)
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be at least 2, got {num_classes}")
+    check_positive("steps", steps)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    parts = (("train", train_features, train_labels), ("test", test_features, test_labels))
+    for part, x, y in parts:
+        check_tensor(f"{part}_features", x, dims=2)
+        check_tensor(f"{part}_labels", y)
+        if not x.is_floating_point():
+            raise TypeError(f"{part}_features must be floating point, got dtype {x.dtype}")
+        if y.dtype.is_floating_point or y.dtype == torch.bool:
+            raise TypeError(f"{part}_labels must hold integer class ids, got dtype {y.dtype}")
+        if y.dim() not in (1, 2) or len(x) != len(y) or len(y) == 0 or y.numel() == 0:
+            raise ValueError(
+                f"{part}_features (num_examples, R) and {part}_labels (num_examples,) or "
+                f"(num_examples, P) must hold the same number (>= 1) of examples, got "
+                f"{tuple(x.shape)} and {tuple(y.shape)}"
+            )
+        if int(y.min()) < 0 or int(y.max()) >= num_classes:
+            raise ValueError(
+                f"{part}_labels must lie in 0..{num_classes - 1}, got min {int(y.min())} "
+                f"and max {int(y.max())}"
+            )
+    if test_features.shape[1] != train_features.shape[1]:
+        raise ValueError(
+            f"train_features and test_features must have the same size R, got "
+            f"{tuple(train_features.shape)} and {tuple(test_features.shape)}"
+        )
+    if train_labels.shape[1:] != test_labels.shape[1:]:
+        raise ValueError(
+            f"train_labels and test_labels must hold the same number of probes, got "
+            f"{tuple(train_labels.shape)} and {tuple(test_labels.shape)}"
+        )
+    one = train_labels.dim() == 1
+    y_train = train_labels.reshape(len(train_labels), -1).to(train_features.device)  # (N, P)
+    y_test = test_labels.reshape(len(test_labels), -1).to(train_features.device)  # (n, P)
+    x_train, x_test = train_features.detach().float(), test_features.detach().float()
+    x_test = x_test.to(x_train.device)
+    mean, std = x_train.mean(0), x_train.std(0, unbiased=False).clamp(min=1e-6)  # (R,) each
+    x_train, x_test = (x_train - mean) / std, (x_test - mean) / std  # standardised by train
+    N, R = x_train.shape
+    P, K = y_train.shape[1], num_classes
+    W = torch.zeros(R, P * K, device=x_train.device, requires_grad=True)  # P probes (R, K)
+    b = torch.zeros(P * K, device=x_train.device, requires_grad=True)
+    optimizer = torch.optim.Adam([W, b], lr=lr)
+    with torch.enable_grad():  # also inside a caller's torch.no_grad()
+        for _ in range(steps):
+            logits = (x_train @ W + b).view(N * P, K)  # (N, R) @ (R, P*K) -> (N*P, K)
+            # each probe's mean cross-entropy over the examples, summed over the probes
+            loss = F.cross_entropy(logits, y_train.reshape(N * P), reduction="sum") / N
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        predicted = (x_test @ W + b).view(len(x_test), P, K).argmax(-1)  # (n, P)
+        accuracy = (predicted == y_test).float().mean(0).cpu()  # (P,)
+    return accuracy[0] if one else accuracy

@@ -6,6 +6,9 @@ of all-MiniLM-L6-v2's own attention is tested in test_pretrained.py.
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 import torch
 
@@ -108,3 +111,110 @@ def test_head_pattern_scores_by_loop():
 def test_head_pattern_scores_rejects_bad_weights(weights, match):
     with pytest.raises(ValueError, match=match):
         interpret.head_pattern_scores(weights)
+
+
+# ---------------------------------------------------------------------------------------
+# Linear probes
+# ---------------------------------------------------------------------------------------
+def _hoeffding_margin(n: int, delta: float = 1e-6) -> float:
+    """``t`` with P(|mean of n Bernoulli draws - p| >= t) <= delta (Hoeffding's inequality)."""
+    return math.sqrt(math.log(2 / delta) / (2 * n))
+
+
+def test_probe_reads_linearly_separable_labels_perfectly():
+    # class k sits at 10 * e_k plus noise of size 0.3: the linear rule argmax(x) is always
+    # right, since noise never closes a gap of 10
+    g = torch.Generator().manual_seed(0)
+    K, R = 5, 8
+
+    def sample(n):
+        y = torch.randint(K, (n,), generator=g)
+        x = 0.3 * torch.randn(n, R, generator=g)
+        x[torch.arange(n), y] += 10.0
+        return x, y
+
+    (x, y), (x_test, y_test) = sample(400), sample(300)
+    assert (x_test.argmax(1) == y_test).all()  # the rule the probe must find exists
+    assert interpret.probe_accuracy(x, y, x_test, y_test, num_classes=K).item() == 1.0
+
+
+def test_probe_of_labels_independent_of_features_stays_at_chance():
+    # Held-out labels drawn independently of everything the probe saw: whatever it predicts,
+    # each prediction is right with probability 1/K, so the accuracy is a binomial mean.
+    g = torch.Generator().manual_seed(1)
+    K, n_test = 10, 4000
+    x, x_test = torch.randn(2000, 16, generator=g), torch.randn(n_test, 16, generator=g)
+    y, y_test = torch.randint(K, (2000,), generator=g), torch.randint(K, (n_test,), generator=g)
+    acc = interpret.probe_accuracy(x, y, x_test, y_test, num_classes=K).item()
+    assert abs(acc - 1 / K) < _hoeffding_margin(n_test)
+
+
+def test_probe_reaches_the_bayes_accuracy_of_two_gaussians():
+    # Two classes N(+mu, I) and N(-mu, I): the best possible classifier is linear and right
+    # with probability Phi(|mu|). A probe fitted on enough data gets within sampling error.
+    g = torch.Generator().manual_seed(2)
+    R, n, n_test = 4, 4000, 4000
+    mu = torch.tensor([0.6, -0.3, 0.2, 0.0])
+
+    def sample(m):
+        y = torch.randint(2, (m,), generator=g)
+        return torch.randn(m, R, generator=g) + (2 * y[:, None] - 1) * mu, y
+
+    (x, y), (x_test, y_test) = sample(n), sample(n_test)
+    bayes = 0.5 * (1 + math.erf(mu.norm().item() / math.sqrt(2)))  # Phi(|mu|)
+    acc = interpret.probe_accuracy(x, y, x_test, y_test, num_classes=2, steps=300).item()
+    assert acc <= bayes + _hoeffding_margin(n_test)  # nobody beats Bayes beyond sampling
+    assert acc >= bayes - 2 * _hoeffding_margin(n_test)  # sampling plus estimation error
+
+
+def test_probes_fitted_together_equal_probes_fitted_alone():
+    g = torch.Generator().manual_seed(3)
+    x, x_test = torch.randn(300, 6, generator=g), torch.randn(100, 6, generator=g)
+    w = torch.randn(6, 3, generator=g)
+    y = torch.stack([(x @ w[:, p] > 0).long() + (x[:, p] > 1).long() for p in range(3)], 1)
+    y_test = torch.stack(
+        [(x_test @ w[:, p] > 0).long() + (x_test[:, p] > 1).long() for p in range(3)], 1
+    )
+    together = interpret.probe_accuracy(x, y, x_test, y_test, num_classes=3, steps=50)
+    assert together.shape == (3,)
+    for p in range(3):
+        alone = interpret.probe_accuracy(x, y[:, p], x_test, y_test[:, p], 3, steps=50)
+        assert alone.shape == () and torch.isclose(together[p], alone, atol=1e-6), p
+
+
+def test_probe_is_deterministic_and_works_under_no_grad():
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(200, 5, generator=g), torch.randint(4, (200,), generator=g)
+    first = interpret.probe_accuracy(x[:150], y[:150], x[150:], y[150:], 4)
+    with torch.no_grad():
+        second = interpret.probe_accuracy(x[:150], y[:150], x[150:], y[150:], 4)
+    assert first.item() == second.item()
+
+
+@pytest.mark.parametrize(
+    "change, error, words",
+    [
+        ({"train_features": [[0.0]]}, TypeError, "train_features must be a torch.Tensor"),
+        ({"train_features": torch.zeros(8)}, ValueError, "train_features must have 2 dims"),
+        ({"test_features": torch.zeros(4, 2, dtype=torch.long)}, TypeError, "floating point"),
+        ({"train_labels": torch.zeros(8)}, TypeError, "train_labels must hold integer"),
+        ({"train_labels": torch.zeros(7, dtype=torch.long)}, ValueError, "(8, 3) and (7,)"),
+        ({"test_labels": torch.full((4,), 5)}, ValueError, "test_labels must lie in 0..2"),
+        ({"test_features": torch.zeros(4, 2)}, ValueError, "same size R"),
+        ({"test_labels": torch.zeros(4, 2, dtype=torch.long)}, ValueError, "number of probes"),
+        ({"num_classes": 1}, ValueError, "num_classes must be at least 2"),
+        ({"num_classes": 3.0}, TypeError, "num_classes must be an int"),
+        ({"steps": 0}, ValueError, "steps must be positive"),
+        ({"lr": -1.0}, ValueError, "lr must be a positive number"),
+    ],
+)
+def test_probe_rejects_bad_inputs(change, error, words):
+    args = {
+        "train_features": torch.zeros(8, 3),
+        "train_labels": torch.zeros(8, dtype=torch.long),
+        "test_features": torch.zeros(4, 3),
+        "test_labels": torch.zeros(4, dtype=torch.long),
+        "num_classes": 3,
+    } | change
+    with pytest.raises(error, match=re.escape(words)):
+        interpret.probe_accuracy(**args)

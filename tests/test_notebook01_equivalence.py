@@ -1,10 +1,13 @@
-"""Notebook 01's hand-written GRU cell and encoder-decoder equal torch and the library."""
+"""Notebook 01's hand-written GRU cell, encoder-decoder and training loop equal torch and the
+library."""
+
+import copy
 
 import pytest
 import torch
 from torch import nn
 
-from course_utils import data, seq2seq
+from course_utils import data, seq2seq, training
 
 from notebook_cells import from_scratch_cells, run_from_scratch_cells
 
@@ -17,7 +20,7 @@ def nb():
 
 
 def test_marked_cells_are_the_ones_tested():
-    assert set(from_scratch_cells(NOTEBOOK)) == {"gru_cell", "Seq2Seq"}
+    assert set(from_scratch_cells(NOTEBOOK)) == {"gru_cell", "Seq2Seq", "train_loop"}
 
 
 @pytest.mark.parametrize("B, D, H", [(1, 1, 1), (3, 5, 4), (2, 16, 32)])
@@ -45,3 +48,32 @@ def test_notebook_seq2seq_equals_library_on_padded_batches(nb, seed):
     lib_states, lib_final = lib.encoder(batch.src, batch.src_len)
     torch.testing.assert_close(states, lib_states)
     torch.testing.assert_close(final, lib_final)
+
+
+@pytest.mark.parametrize("clip", [1.0, 0.01])  # 0.01: every step's gradient is clipped
+@pytest.mark.parametrize("decay", [False, True])
+def test_notebook_train_loop_equals_fit(nb, clip, decay):
+    vocab = data.letter_vocab(6)
+    pairs = data.make_split("reverse", "train", n=60, lengths=range(2, 9), vocab=vocab, seed=0)
+    torch.manual_seed(int(clip * 100) + decay)
+    ours = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(vocab, emb_dim=8, hidden_dim=12))
+    theirs = copy.deepcopy(ours)
+    schedule = (lambda step: 1 - (step - 1) / 6) if decay else None
+    losses = nb["train_loop"](
+        ours, data.length_bucketed_batches(pairs, 8, seed=1), 6, 0.01, clip, schedule
+    )
+    history = training.fit(
+        theirs,
+        data.length_bucketed_batches(pairs, 8, seed=1),
+        training.seq2seq_loss,
+        steps=6,
+        lr=0.01,
+        clip_grad=clip,
+        lr_schedule=schedule,
+        eval_every=1,
+        progress=False,
+    )
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(history["train_loss"]))
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(p, q, msg=name)
+    assert not ours.training  # left in eval mode, as fit leaves it
