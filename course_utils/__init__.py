@@ -72,9 +72,10 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | small attention-only models whose heads can be read                  | toy_models          | 04, 05             |
 | Transformer layers and the embedding-free core, from_torch           | transformer         | 06, 07             |
 | a Transformer seq2seq model with embeddings (TransformerConfig)      | transformer_seq2seq | 06, 07             |
-| naive, tiled ("flash") and linear attention                          | efficient           | 13                 |
+| naive, tiled ("flash") and linear attention (any feature map)        | efficient           | 13                 |
+| Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
-| what a call costs: peak memory, multiply-adds, Table 1's layer costs | measure             | 04, 13             |
+| a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
 | head scores, attention rollout, linear probes of hidden states       | interpret           | 01, 04, 11         |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, head and model views, curves      | plotting            | 00-04, 06, 07, 11  |

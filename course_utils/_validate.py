@@ -13,23 +13,35 @@ import torch
 # ---------------------------------------------------------------------------------------
 # Input checks: every public function names the argument and the shapes it got.
 # ---------------------------------------------------------------------------------------
-def check_qkv(query: object, key: object, value: object, same_length: bool = False) -> None:
-    for name, x in (("query", query), ("key", key), ("value", value)):
+def check_qkv(
+    query: object,
+    key: object,
+    value: object,
+    same_length: bool = False,
+    names: tuple[str, str, str] = ("query", "key", "value"),
+) -> None:
+    """Query ``(..., N, D)``, key ``(..., M, D)``, value ``(..., M, Dv)``, named ``names``."""
+    q_name, k_name, v_name = names
+    for name, x in zip(names, (query, key, value), strict=True):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() < 2:
             raise ValueError(f"{name} must be (..., N, D), got shape {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+    shapes = ", ".join(
+        f"{n} {tuple(x.shape)}" for n, x in zip(names, (query, key, value), strict=True)
+    )
     if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
-        raise ValueError(f"query, key and value must have the same leading dims, got {shapes}")
+        raise ValueError(
+            f"{q_name}, {k_name} and {v_name} must have the same leading dims, got {shapes}"
+        )
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(f"query and key must have the same feature size D, got {shapes}")
+        raise ValueError(f"{q_name} and {k_name} must have the same feature size D, got {shapes}")
     if key.shape[-2] != value.shape[-2]:
-        raise ValueError(f"key and value must have the same length M, got {shapes}")
+        raise ValueError(f"{k_name} and {v_name} must have the same length M, got {shapes}")
     if same_length and query.shape[-2] != key.shape[-2]:
-        raise ValueError(f"query and key must have the same length N here, got {shapes}")
+        raise ValueError(f"{q_name} and {k_name} must have the same length N here, got {shapes}")
 
 
 def check_positive(name: str, value: object) -> None:

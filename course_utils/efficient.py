@@ -7,8 +7,11 @@ with the same leading (batch, head) dims and returns the output ``(..., N, Dv)``
   ("flash" style); its memory grows linearly with ``N``, in training too, because
   :class:`TiledAttentionFunction` recomputes tiles in the backward pass instead of storing
   them.
-- :func:`linear_attention` replaces ``exp(q . k)`` by ``phi(q) . phi(k)`` with
-  ``phi = elu + 1``, which costs ``O(N D^2)`` instead of ``O(N^2 D)`` (an approximation).
+- :func:`linear_attention` replaces ``exp(q . k / sqrt(D))`` by ``phi(q) . phi(k)`` with
+  ``phi = elu + 1``, which costs ``O(N D Dv)`` instead of ``O(N^2 D)``: attention with a
+  different similarity kernel, not an estimate of softmax attention.
+  :func:`feature_map_attention` is the same computation for any positive features
+  (:mod:`course_utils.random_features` feeds it Performer's, which do estimate softmax).
 - :func:`naive_attention` builds the whole matrix: the reference the others are measured
   against.
 
@@ -313,10 +316,9 @@ def linear_attention(
     """``phi(Q) (phi(K)^T V) / (phi(Q) . sum_j phi(K_j))`` with ``phi = elu + 1``.
 
     This is attention with weights ``phi(q_i) . phi(k_j) / sum_j' phi(q_i) . phi(k_j')``
-    instead of ``softmax(q_i . k_j / sqrt(D))``: an approximation with a different kernel,
-    but it costs ``O(N D Dv)`` time and memory. Causal: the sequence is cut into chunks of
-    ``chunk_size`` (default :data:`DEFAULT_CHUNK_SIZE`); inside a chunk the masked
-    quadratic form is used, between chunks a running ``(D, Dv)`` state (a prefix sum).
+    instead of ``softmax(q_i . k_j / sqrt(D))``: a different similarity kernel (not an
+    estimate of softmax's), which costs ``O(N D Dv)`` time and memory. Causal: see
+    :func:`feature_map_attention`.
 
     >>> q, k, v = torch.randn(3, 1, 7, 4).unbind(0)
     >>> w = (elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)).tril()
@@ -325,17 +327,44 @@ def linear_attention(
     True
     """
     check_qkv(query, key, value, same_length=is_causal)
+    phi_q, phi_k = elu_feature_map(query), elu_feature_map(key)  # (..., N, D), (..., M, D)
+    return feature_map_attention(phi_q, phi_k, value, is_causal, chunk_size, eps)
+
+
+def feature_map_attention(
+    phi_q: torch.Tensor,
+    phi_k: torch.Tensor,
+    value: torch.Tensor,
+    is_causal: bool = False,
+    chunk_size: int | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Linear attention given positive features ``phi_q (..., N, F)`` and ``phi_k (..., M, F)``.
+
+    Returns ``(..., N, Dv)``, query i's output ``sum_j w_ij v_j / sum_j w_ij`` with
+    ``w_ij = phi_q[i] . phi_k[j]``, without building the ``(N, M)`` weights. Causal: the
+    sequence is cut into chunks of ``chunk_size`` (default :data:`DEFAULT_CHUNK_SIZE`);
+    inside a chunk the masked quadratic form is used, between chunks a running ``(F, Dv)``
+    state (a prefix sum).
+
+    >>> fq, fk, v = torch.rand(2, 5, 3), torch.rand(2, 5, 3), torch.randn(2, 5, 4)
+    >>> w = (fq @ fk.transpose(-2, -1)).tril()
+    >>> out = feature_map_attention(fq, fk, v, is_causal=True, chunk_size=2)
+    >>> torch.allclose(out, (w / w.sum(-1, keepdim=True)) @ v, atol=1e-5)
+    True
+    """
+    check_qkv(phi_q, phi_k, value, same_length=is_causal, names=("phi_q", "phi_k", "value"))
     chunk_size = DEFAULT_CHUNK_SIZE if chunk_size is None else chunk_size
     check_positive("chunk_size", chunk_size)
-    fq, fk = elu_feature_map(query), elu_feature_map(key)  # (..., N, D), (..., M, D)
+    fq, fk = phi_q, phi_k
     if not is_causal:
-        kv = fk.transpose(-2, -1) @ value  # (..., D, M) @ (..., M, Dv) -> (..., D, Dv)
-        z = fk.sum(dim=-2)  # (..., D)
-        numer = fq @ kv  # (..., N, D) @ (..., D, Dv) -> (..., N, Dv)
-        denom = fq @ z.unsqueeze(-1)  # (..., N, D) @ (..., D, 1) -> (..., N, 1)
+        kv = fk.transpose(-2, -1) @ value  # (..., F, M) @ (..., M, Dv) -> (..., F, Dv)
+        z = fk.sum(dim=-2)  # (..., F)
+        numer = fq @ kv  # (..., N, F) @ (..., F, Dv) -> (..., N, Dv)
+        denom = fq @ z.unsqueeze(-1)  # (..., N, F) @ (..., F, 1) -> (..., N, 1)
         return numer / (denom + eps)
 
-    *batch, N, D = fq.shape
+    *batch, N, D = fq.shape  # D here is the number of features F
     Dv, c = value.shape[-1], chunk_size  # c positions per chunk
     n_chunks, pad = -(-N // c), -N % c
     # Padding phi(k) (not k) with zeros: padded keys add nothing to any sum.

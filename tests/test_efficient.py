@@ -172,11 +172,26 @@ def test_linear_attention_non_causal_allows_different_lengths_and_is_causal_real
     assert torch.allclose(base[..., :7, :], changed[..., :7, :], atol=1e-6)
 
 
-def test_linear_attention_differs_from_softmax_attention():
-    """It is an approximation with a different kernel: the error is measurable."""
+def test_linear_attention_is_not_softmax_attention():
+    """A different kernel, not an estimate of softmax's: the two functions differ."""
     q, k, v = _qkv((1, 2), 32, 32, 8, 8, seed=12)
     err = (eff.linear_attention(q, k, v) - F.scaled_dot_product_attention(q, k, v)).abs()
     assert err.max() > 1e-2
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_feature_map_attention_takes_any_positive_features(is_causal):
+    g = _gen(13)
+    phi_q, phi_k = torch.rand(2, 11, 6, generator=g), torch.rand(2, 11, 6, generator=g)
+    v = torch.randn(2, 11, 3, generator=g)
+    w = phi_q.double() @ phi_k.double().transpose(-2, -1)
+    if is_causal:
+        w = w.tril()
+    expected = (w / w.sum(-1, keepdim=True)) @ v.double()
+    got = eff.feature_map_attention(phi_q, phi_k, v, is_causal=is_causal, chunk_size=4)
+    assert torch.allclose(got.double(), expected, atol=1e-5)
+    with pytest.raises(ValueError, match=r"phi_q and phi_k must have the same feature size"):
+        eff.feature_map_attention(phi_q, phi_k[..., :4], v)
 
 
 # ---------------------------------------------------------------------------------------

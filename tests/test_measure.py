@@ -1,6 +1,7 @@
 """course_utils.measure: the peak extra memory of a call, against allocations of known size."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -130,3 +131,73 @@ def test_counted_multiply_adds_match_each_layers_formula():
     assert macs == k * n * d * d and result.shape == (1, d, n)
     # element-wise work is not counted
     assert measure.count_multiply_adds(torch.softmax, x, -1)[1] == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Bytes moved between HBM and SRAM: counted, against a loop over Algorithm 1 and by hand
+# ---------------------------------------------------------------------------------------
+def _flash_io_by_loops(N, d, M):
+    """Walk Dao et al.'s Algorithm 1 block by block, counting numbers read and written."""
+    Bc = math.ceil(M / (4 * d))
+    Br = min(Bc, d)
+    reads, writes = 0, N * d + 2 * N  # line 2: O, l, m initialised in HBM
+    for k0 in range(0, N, Bc):
+        cols = min(Bc, N - k0)
+        reads += 2 * cols * d  # line 6: K_j, V_j
+        for q0 in range(0, N, Br):
+            rows = min(Br, N - q0)
+            reads += 2 * rows * d + 2 * rows  # line 8: Q_i, O_i, l_i, m_i
+            writes += rows * d + 2 * rows  # lines 12-13: O_i, l_i, m_i
+    return reads, writes
+
+
+@pytest.mark.parametrize(("N", "d", "M"), [(4, 2, 16), (7, 3, 40), (100, 8, 200), (33, 16, 64)])
+def test_tiled_io_equals_a_walk_over_the_algorithm(N, d, M):
+    for nbytes in (1, 2, 4):
+        reads, writes = _flash_io_by_loops(N, d, M)
+        got = measure.tiled_attention_io(N, d, sram_bytes=M * nbytes, bytes_per_number=nbytes)
+        assert got == (reads * nbytes, writes * nbytes)
+
+
+def test_io_counts_by_hand():
+    # N=4, d=2, M=16: Bc = ceil(16/8) = 2, Br = min(2, 2) = 2, two key blocks.
+    # reads: K, V (2*4*2 = 16) + per key block Q, O (2*4*2) and l, m (2*4): 2 * 24 = 48
+    # writes: O, l, m at start (4*2 + 8 = 16) + per key block O, l, m (8 + 8): 2 * 16 = 32
+    assert measure.flash_block_sizes(2, 16, bytes_per_number=1) == (2, 2)
+    assert measure.tiled_attention_io(4, 2, 16, bytes_per_number=1) == (64, 48)
+    # naive: reads Q, K (16), S (16), P (16), V (8); writes S (16), P (16), O (8)
+    assert measure.naive_attention_io(4, 2, bytes_per_number=4) == (56 * 4, 40 * 4)
+    assert measure.flash_block_sizes(64, 100 * 1024) == (64, 200)  # Br capped at d
+
+
+def _total(io):
+    return sum(io)
+
+
+def test_io_scales_as_the_analysis_says():
+    d, sram = 64, 96 * 1024  # M = 49152 fp16 numbers, Bc = 192
+    naive = [_total(measure.naive_attention_io(N, d)) for N in (2**14, 2**15)]
+    tiled = [_total(measure.tiled_attention_io(N, d, sram)) for N in (2**14 * 3, 2**15 * 3)]
+    assert naive[1] / naive[0] == pytest.approx(4, rel=0.01)  # the N^2 term dominates
+    assert tiled[1] / tiled[0] == pytest.approx(4, rel=0.01)  # N^2 d^2 / M
+    N = 3 * 2**16  # large: leading terms only
+
+    def ratio(d, sram):
+        return _total(measure.tiled_attention_io(N, d, sram)) / _total(
+            measure.naive_attention_io(N, d)
+        )
+
+    # tiled / naive ~ d^2 / M: x4 when d doubles (M fixed), x1/2 when M doubles (d fixed)
+    assert ratio(128, sram) / ratio(64, sram) == pytest.approx(4, rel=0.05)
+    assert ratio(64, 2 * sram) / ratio(64, sram) == pytest.approx(0.5, rel=0.05)
+    # and it is the constant d (3d + 4) / M of the count, per number moved
+    assert ratio(64, sram) == pytest.approx(64 * (3 * 64 + 4) / (sram / 2), rel=0.05)
+
+
+def test_io_bad_input_is_named():
+    with pytest.raises(ValueError, match=r"sram_bytes must hold at least 4 d = 256 numbers"):
+        measure.tiled_attention_io(10, 64, sram_bytes=256)
+    with pytest.raises(ValueError, match="N must be positive, got 0"):
+        measure.naive_attention_io(0, 64)
+    with pytest.raises(TypeError, match="d must be an int"):
+        measure.tiled_attention_io(10, 6.4, sram_bytes=1024)

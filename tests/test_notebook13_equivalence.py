@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import efficient
+from course_utils import random_features as rf
 from course_utils import sparse_attention as sparse
 from course_utils.exercises import nb13
 
@@ -25,6 +26,8 @@ EXPECTED = {
     "online_softmax_attention",
     "tiled_attention",
     "linear_attention",
+    "linear_attention_rnn",
+    "performer_features",
     "sliding_window_mask",
     "block_sparse_mask",
 }
@@ -84,6 +87,24 @@ def test_linear_attention_equals_library(nb, N, is_causal):
     q, k, v = _qkv((2, 3), N, N, 8, 4, seed=N)
     got = nb["linear_attention"](q, k, v, is_causal=is_causal)
     assert torch.allclose(got, efficient.linear_attention(q, k, v, is_causal=is_causal), atol=1e-5)
+
+
+@pytest.mark.parametrize("N", [1, 5, 40, 130])
+def test_linear_attention_rnn_equals_causal_library(nb, N):
+    q, k, v = _qkv((2, 3), N, N, 8, 4, seed=N + 1)
+    got = nb["linear_attention_rnn"](q, k, v)
+    expected = efficient.linear_attention(q, k, v, is_causal=True)
+    assert got.shape == (2, 3, N, 4)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(("D", "m"), [(4, 3), (8, 16), (16, 40)])
+def test_performer_features_equal_library(nb, D, m):
+    q, _, _ = _qkv((2, 3), 9, 9, D, 4, seed=D + m)
+    W = rf.random_projection(D, m, torch.Generator().manual_seed(m))
+    got = nb["performer_features"](q, W)
+    assert got.shape == (2, 3, 9, m) and (got > 0).all()
+    assert torch.allclose(got, rf.positive_random_features(q, W), rtol=1e-5)
 
 
 @pytest.mark.parametrize(("N", "window"), [(1, 1), (7, 2), (12, 5), (6, 20)])
