@@ -60,7 +60,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 |----------------------------------------------------------------------|---------------------|--------------------|
 | input checks shared by the modules, one message style                | _validate           | -                  |
 | scores, masked softmax, causal mask, attention, multi-head attention | attention           | 02-06              |
-| sinusoidal, learned and rotary positions, relative offsets           | positional          | 05, 06             |
+| sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
 | a notebook's asserted learning targets                               | targets             | 01, 03-07, 13      |

@@ -5,13 +5,20 @@ builds the matrix ``M_k`` with ``PE[p + k] = M_k PE[p]`` (the relative-offset pr
 ``relative_positions`` the matrix of offsets ``j - i``. ``LearnedPositionalEmbedding`` is
 the trainable alternative (BERT, GPT-2). ``apply_rotary`` and ``RotaryEmbedding`` rotate
 queries and keys instead of adding anything (Su et al., 2021), so a query-key score depends
-on the offset only.
+on the offset only. ``alibi_bias`` (Press et al., 2022) and ``RelativePositionBias`` (T5,
+Raffel et al., 2020) add nothing to the tokens either: they add a bias that depends on the
+offset only to each head's scores, fixed and linear for ALiBi, learned per bucket of offsets
+for T5 (``relative_position_bucket``).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+
+from course_utils._validate import check_positive, check_tensor
 
 
 def sinusoidal_encoding(
@@ -219,3 +226,145 @@ class RotaryEmbedding(nn.Module):
             apply_rotary(q, q_positions, self.base),
             apply_rotary(k, k_positions, self.base),
         )
+
+
+# ---------------------------------------------------------------------------------------
+# Biases on the scores: ALiBi (Press et al., 2022) and T5's bucketed relative position
+# bias (Raffel et al., 2020). Nothing is added to the tokens; each head adds an (Lq, Lk)
+# matrix that depends on the offset j - i only to its scores before the softmax.
+# ---------------------------------------------------------------------------------------
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """``(H,)`` ALiBi slopes ``m_h``, one per head, with ``H = num_heads``.
+
+    For ``H`` a power of two they are the geometric sequence that starts at ``2^(-8/H)``
+    with that same ratio: ``m_h = 2^(-8h/H)`` for ``h = 1 .. H``. The paper states only
+    this case; for any other ``H`` its reference code takes the slopes of the largest power
+    of two ``n < H`` and adds the odd-numbered slopes of the ``2n`` sequence
+    (``m_1, m_3, ...`` of ``2n`` heads) until there are ``H``.
+
+    >>> alibi_slopes(8).tolist()  # 1/2, 1/4, ..., 1/256
+    [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]
+    >>> alibi_slopes(6).tolist()  # the 4 slopes of H = 4, then 2^(-1), 2^(-3) from H = 8
+    [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125]
+    """
+    check_positive("num_heads", num_heads)
+    n = 1 << (num_heads.bit_length() - 1)  # the largest power of two <= num_heads
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n + 1, dtype=torch.float64) / n)
+    if n < num_heads:
+        odd = torch.arange(1, 2 * (num_heads - n), 2, dtype=torch.float64)  # h = 1, 3, .. of 2n
+        slopes = torch.cat([slopes, 2.0 ** (-8.0 * odd / (2 * n))])
+    return slopes.to(torch.get_default_dtype())
+
+
+def alibi_bias(num_heads: int, Lq: int, Lk: int | None = None) -> torch.Tensor:
+    """``(H, Lq, Lk)`` ALiBi bias ``-m_h |j - i|`` for query i and key j, to add to the scores.
+
+    With the causal mask (Press et al.'s language models) every allowed key has ``j <= i``
+    and this is their ``m_h (j - i)``; without the mask it penalises both directions alike.
+    It depends on the offset ``j - i`` only, so it is the same for every position, and it is
+    defined for any length with nothing learned. Offsets as in :func:`relative_positions`.
+
+    >>> alibi_slopes(2).tolist()
+    [0.0625, 0.00390625]
+    >>> (alibi_bias(num_heads=2, Lq=3)[0] * 16).tolist()  # head 0, divided by its slope
+    [[0.0, -1.0, -2.0], [-1.0, 0.0, -1.0], [-2.0, -1.0, 0.0]]
+    """
+    slopes = alibi_slopes(num_heads)  # validates num_heads
+    minus_distance = -relative_positions(Lq, Lk).abs()  # (Lq, Lk): -|j - i|, an int (no -0.0)
+    return slopes[:, None, None] * minus_distance  # (H, 1, 1) * (Lq, Lk) -> (H, Lq, Lk)
+
+
+def _check_buckets(bidirectional: object, num_buckets: object, max_distance: object) -> None:
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
+    check_positive("num_buckets", num_buckets)
+    check_positive("max_distance", max_distance)
+    per_side = num_buckets // 2 if bidirectional else num_buckets
+    if per_side < 2:
+        raise ValueError(
+            f"num_buckets must leave at least 2 buckets per direction, got {num_buckets} "
+            f"with bidirectional={bidirectional}"
+        )
+    if max_distance <= per_side // 2:
+        raise ValueError(
+            f"max_distance must exceed the {per_side // 2} exact buckets, got {max_distance}"
+        )
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> torch.Tensor:
+    """T5's bucket (a long tensor, same shape) of each offset ``j - i`` (key minus query).
+
+    Bidirectional: half the buckets for keys after the query, half for the rest; causal
+    (``bidirectional=False``): keys after the query share bucket 0 with offset 0, as they
+    are masked anyway. On each side, with ``n = |offset|`` and ``B`` buckets there, the
+    first ``B/2`` buckets hold ``n = 0, 1, ...`` exactly and the rest are log-spaced up to
+    ``max_distance``; every farther offset falls in the last bucket. Computed in float32,
+    as T5 does, so the boundaries agree with its code.
+
+    >>> relative_position_bucket(torch.arange(-5, 6), num_buckets=8, max_distance=8).tolist()
+    [3, 3, 2, 2, 1, 0, 5, 6, 6, 7, 7]
+    >>> relative_position_bucket(torch.arange(-5, 3), False, num_buckets=4, max_distance=8).tolist()
+    [3, 3, 2, 2, 1, 0, 0, 0]
+    """
+    check_tensor("relative_position", relative_position)
+    if relative_position.is_floating_point() or relative_position.dtype == torch.bool:
+        raise TypeError(
+            f"relative_position must hold integer offsets, got dtype {relative_position.dtype}"
+        )
+    _check_buckets(bidirectional, num_buckets, max_distance)
+    relative_position = relative_position.long()
+    bucket = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (relative_position > 0).long() * num_buckets  # keys after: upper half
+        n = relative_position.abs()
+    else:
+        n = (-relative_position).clamp(min=0)  # keys after the query count as offset 0
+    max_exact = num_buckets // 2
+    # log-spaced from max_exact (bucket max_exact) to max_distance (bucket num_buckets);
+    # the clamp only keeps log(0) out of entries that take the exact branch
+    scaled = torch.log(n.clamp(min=max_exact).float() / max_exact) / math.log(
+        max_distance / max_exact
+    )
+    if_large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return bucket + torch.where(n < max_exact, n, if_large)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's relative position bias: one learned scalar per (bucket, head).
+
+    ``forward(Lq, Lk=None) -> (H, Lq, Lk)``: the scalar of head h for the bucket of
+    ``j - i``, added to head h's scores (T5 shares one such module across its layers).
+    Initialised like ``nn.Embedding`` (standard normal).
+
+    >>> bias = RelativePositionBias(num_heads=4, num_buckets=8, max_distance=16)
+    >>> b = bias(5, 7)
+    >>> b.shape, torch.equal(b[:, 1:, 1:], b[:, :-1, :-1])  # the same for every position
+    (torch.Size([4, 5, 7]), True)
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+    ):
+        super().__init__()
+        check_positive("num_heads", num_heads)
+        _check_buckets(bidirectional, num_buckets, max_distance)
+        self.num_heads, self.num_buckets = num_heads, num_buckets
+        self.max_distance, self.bidirectional = max_distance, bidirectional
+        self.relative_attention_bias = nn.Embedding(num_buckets, num_heads)  # T5's name
+
+    def forward(self, Lq: int, Lk: int | None = None) -> torch.Tensor:
+        offsets = relative_positions(Lq, Lk).to(self.relative_attention_bias.weight.device)
+        bucket = relative_position_bucket(
+            offsets, self.bidirectional, self.num_buckets, self.max_distance
+        )  # (Lq, Lk)
+        return self.relative_attention_bias(bucket).permute(2, 0, 1)  # (Lq, Lk, H) -> (H, Lq, Lk)

@@ -17,7 +17,16 @@ from course_utils import positional
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "05_positional_encoding.ipynb"
-EXPECTED = {"sinusoidal_encoding", "offset_rotation", "LearnedPositionalEmbedding", "apply_rotary"}
+EXPECTED = {
+    "sinusoidal_encoding",
+    "offset_rotation",
+    "LearnedPositionalEmbedding",
+    "apply_rotary",
+    "alibi_slopes",
+    "alibi_bias",
+    "relative_position_bucket",
+    "RelativePositionBias",
+}
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +87,42 @@ def test_apply_rotary_equals_library_and_complex_rotation(nb, shape, positions):
     assert torch.allclose(got.double(), torch.view_as_real(z).reshape(shape), atol=1e-5)
 
 
+@pytest.mark.parametrize("num_heads", [1, 2, 3, 5, 8, 12, 16, 24, 33])
+def test_alibi_equals_library_and_closed_form(nb, num_heads):
+    slopes = nb["alibi_slopes"](num_heads)
+    assert torch.allclose(slopes, positional.alibi_slopes(num_heads), rtol=1e-6)
+    if num_heads & (num_heads - 1) == 0:  # a power of two: 2^(-8h/H), h = 1 .. H
+        expected = [2 ** (-8 * h / num_heads) for h in range(1, num_heads + 1)]
+        assert slopes.tolist() == pytest.approx(expected)
+    bias = nb["alibi_bias"](num_heads, 7, 11)
+    assert torch.allclose(bias, positional.alibi_bias(num_heads, 7, 11))
+    i, j = 6, 2
+    assert bias[:, i, j].tolist() == pytest.approx((-slopes * abs(j - i)).tolist())
+
+
+@pytest.mark.parametrize(
+    ("bidirectional", "num_buckets", "max_distance"),
+    [(True, 32, 128), (False, 32, 128), (True, 18, 128), (False, 9, 128), (True, 4, 3)],
+)
+def test_relative_position_bucket_equals_library(nb, bidirectional, num_buckets, max_distance):
+    offsets = positional.relative_positions(150, 400)
+    got = nb["relative_position_bucket"](offsets, bidirectional, num_buckets, max_distance)
+    expected = positional.relative_position_bucket(
+        offsets, bidirectional, num_buckets, max_distance
+    )
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_relative_position_bias_equals_library_with_copied_weights(nb, bidirectional):
+    torch.manual_seed(0)
+    ours = nb["RelativePositionBias"](3, 10, 30, bidirectional)
+    library = positional.RelativePositionBias(3, 10, 30, bidirectional)
+    library.load_state_dict(ours.state_dict())
+    assert torch.equal(ours(40, 50), library(40, 50))
+    assert torch.equal(ours(6), library(6))
+
+
 def test_exercise_checkers_tell_right_from_wrong(nb, capsys):
     from course_utils.exercises import nb05
 
@@ -90,4 +135,9 @@ def test_exercise_checkers_tell_right_from_wrong(nb, capsys):
     nb05.check_apply_rotary(nb["apply_rotary"])
     with pytest.raises(AssertionError):  # ignores the positions it was given
         nb05.check_apply_rotary(lambda x, positions: nb["apply_rotary"](x))
+    nb05.check_alibi_bias(nb["alibi_bias"])
+    with pytest.raises(AssertionError):  # a bonus for distance instead of a penalty
+        nb05.check_alibi_bias(lambda H, L: -nb["alibi_bias"](H, L))
+    with pytest.raises(AssertionError):  # the slopes in the opposite order of heads
+        nb05.check_alibi_bias(lambda H, L: nb["alibi_bias"](H, L).flip(0))
     assert "FAILED" in capsys.readouterr().out

@@ -1,9 +1,9 @@
 """Checkers for the exercises of notebook 05 (positional encoding).
 
-``check_sinusoidal_encoding``, ``check_offset_rotation`` and ``check_apply_rotary`` compare
-the sinusoidal table, the rotation ``M_k`` that shifts it by ``k`` positions, and rotary
-positions (explicit, out-of-order positions included) with the library's ``positional``
-functions.
+``check_sinusoidal_encoding``, ``check_offset_rotation``, ``check_apply_rotary`` and
+``check_alibi_bias`` compare the sinusoidal table, the rotation ``M_k`` that shifts it by
+``k`` positions, rotary positions (explicit, out-of-order positions included) and ALiBi's
+per-head bias with the library's ``positional`` functions.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from collections.abc import Callable
 import torch
 
 from course_utils.exercises import check_function, seeded
-from course_utils.positional import apply_rotary, offset_rotation, sinusoidal_encoding
+from course_utils.positional import (
+    alibi_bias,
+    apply_rotary,
+    offset_rotation,
+    sinusoidal_encoding,
+)
 
 
 def check_sinusoidal_encoding(fn: Callable) -> None:
@@ -61,4 +66,18 @@ def check_apply_rotary(fn: Callable) -> None:
         "p * theta_i; with x1 = x[..., 0::2], x2 = x[..., 1::2], the result has x1 cos - x2 sin "
         "in the even features and x1 sin + x2 cos in the odd ones.",
         atol=1e-5,
+    )
+
+
+def check_alibi_bias(fn: Callable) -> None:
+    """Check a learner's ``alibi_bias(num_heads, L)`` -> ``(num_heads, L, L)``, H a power of 2."""
+    check_function(
+        fn,
+        lambda num_heads, L: alibi_bias(num_heads, L),
+        [(1, 1), (2, 3), (8, 10), (16, 6)],
+        name="alibi_bias",
+        hint="the slopes are m_h = 2**(-8 * h / H) for h = 1 .. H (8 heads: 1/2 .. 1/256); "
+        "with offset = j - i from two aranges, the bias of head h is -m_h * |offset|: "
+        "slopes[:, None, None] times -offset.abs() broadcasts to (H, L, L).",
+        atol=1e-6,
     )
