@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from course_utils._validate import check_per_step
+from course_utils._validate import check_per_step, check_positive
 
 if TYPE_CHECKING:
     from course_utils.data import Batch
@@ -327,6 +327,27 @@ def noam_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -
             f"{d_model}"
         )
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def warmup_then_linear(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """An ``lr_schedule`` for :func:`fit`: a linear rise over ``warmup_steps``, then a line
+    down to 0 after step ``total_steps`` (notebook 06's schedule, reused in 07).
+
+    >>> schedule = warmup_then_linear(2, 5)
+    >>> [round(schedule(step), 2) for step in range(1, 6)]
+    [0.5, 1.0, 0.75, 0.5, 0.25]
+    """
+    check_positive("warmup_steps", warmup_steps)
+    check_positive("total_steps", total_steps)
+    if warmup_steps > total_steps:
+        raise ValueError(
+            f"warmup_steps must be at most total_steps, got {warmup_steps} > {total_steps}"
+        )
+
+    def factor(step: int) -> float:
+        return min(step / warmup_steps, (total_steps - step + 1) / (total_steps - warmup_steps + 1))
+
+    return factor
 
 
 def noam_optimizer(

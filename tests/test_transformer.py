@@ -440,3 +440,15 @@ def test_a_seed_fixes_the_initial_weights(share_embeddings):
             continue
         for name, tensor in state.items():
             assert torch.equal(tensor, first[name]), f"build {i}: {name} differs"
+
+
+def test_warmup_then_linear_rises_to_one_then_falls_to_zero_after_the_last_step():
+    schedule = training.warmup_then_linear(4, 10)
+    factors = [schedule(step) for step in range(1, 11)]
+    # by the closed form: step / warmup while rising, (total - step + 1) / (total - warmup + 1)
+    assert factors[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert factors[3:] == pytest.approx([(10 - s + 1) / 7 for s in range(4, 11)])
+    assert max(factors) == factors[3] == 1.0 and factors[-1] > 0 and schedule(11) == 0
+    for args, error in [((0, 10), ValueError), ((5, 4), ValueError), ((2.0, 10), TypeError)]:
+        with pytest.raises(error, match="warmup_steps"):
+            training.warmup_then_linear(*args)
