@@ -375,6 +375,23 @@ def infinite_batches(data: SequencePairs, batch_size: int, seed: int = 0) -> Ite
 # ---------------------------------------------------------------------------------------
 
 
+def length_bucketed_chunks(
+    lengths: torch.Tensor, batch_size: int, seed: int = 0
+) -> Iterator[list[int]]:
+    """Lists of example indices of (nearly) equal ``lengths`` (N,), forever: every index
+    once per epoch, a new seeded random order each epoch (see :func:`length_bucketed_batches`)."""
+    check_positive("batch_size", batch_size)
+    epoch = 0
+    while True:
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        shuffled = torch.randperm(len(lengths), generator=g)  # random order within each length
+        order = shuffled[torch.argsort(lengths[shuffled], stable=True)].tolist()  # by length
+        chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        for c in torch.randperm(len(chunks), generator=g).tolist():  # batches in random order
+            yield chunks[c]
+        epoch += 1
+
+
 def length_bucketed_batches(data: SequencePairs, batch_size: int, seed: int = 0) -> Iterator[Batch]:
     """Batches of sources of (nearly) equal length, in a new seeded random order each epoch.
 
@@ -391,14 +408,5 @@ def length_bucketed_batches(data: SequencePairs, batch_size: int, seed: int = 0)
     """
     if not isinstance(data, SequencePairs):
         raise TypeError(f"data must be a SequencePairs, got {type(data).__name__}")
-    check_positive("batch_size", batch_size)
-    lengths = data.lengths()  # (N,)
-    epoch = 0
-    while True:
-        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        shuffled = torch.randperm(len(data), generator=g)  # random order within each length
-        order = shuffled[torch.argsort(lengths[shuffled], stable=True)].tolist()  # by length
-        chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        for c in torch.randperm(len(chunks), generator=g).tolist():  # batches in random order
-            yield make_batch([data[i] for i in chunks[c]], data.vocab)
-        epoch += 1
+    for chunk in length_bucketed_chunks(data.lengths(), batch_size, seed):
+        yield make_batch([data[i] for i in chunk], data.vocab)

@@ -1,10 +1,13 @@
-"""How good a model's outputs are: exact match, accuracy by input length, BLEU.
+"""How good a model's outputs are: exact match, accuracy by input length, BLEU, ROUGE.
 
 - :func:`exact_match` compares predicted and target ids up to their first ``<eos>``;
   :func:`accuracy_by_length` greedy-decodes a held-out split (any model that follows
   :mod:`course_utils.decoding`'s protocol) and reports exact match per source length.
 - :func:`corpus_bleu` is sacrebleu's corpus BLEU on detokenised strings (one reference per
   sentence); :func:`bleu_by_length` splits a test set into source-length buckets first.
+- Summaries: :func:`rouge` is the ``rouge-score`` package's ROUGE-1/2/L F1;
+  :func:`oov_recall` counts the rare (out-of-vocabulary) reference words an output
+  contains, and :func:`repeated_trigram_rate` how much an output repeats itself.
 
 How well attention lines up with gold alignments is :mod:`course_utils.alignment`'s job.
 Shapes follow the legend in :mod:`course_utils`.
@@ -12,7 +15,7 @@ Shapes follow the legend in :mod:`course_utils`.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import sacrebleu
@@ -110,6 +113,19 @@ def _check_strings(name: str, x: object) -> list[str]:
     return list(x)
 
 
+def _check_pairs(hypotheses: object, references: object, unit: str) -> tuple[list[str], list[str]]:
+    hypotheses = _check_strings("hypotheses", hypotheses)
+    references = _check_strings("references", references)
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"hypotheses and references must have one entry per {unit}, got "
+            f"{len(hypotheses)} and {len(references)}"
+        )
+    if not hypotheses:
+        raise ValueError("hypotheses must not be empty")
+    return hypotheses, references
+
+
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus BLEU (0-100) of detokenised ``hypotheses`` against one reference each.
 
@@ -122,15 +138,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     >>> round(corpus_bleu(["the cat sat on a mat"], ["the cat sat on the mat"]), 1)
     53.7
     """
-    hypotheses = _check_strings("hypotheses", hypotheses)
-    references = _check_strings("references", references)
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"hypotheses and references must have one entry per sentence, got "
-            f"{len(hypotheses)} and {len(references)}"
-        )
-    if not hypotheses:
-        raise ValueError("hypotheses must not be empty")
+    hypotheses, references = _check_pairs(hypotheses, references, "sentence")
     return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
 
 
@@ -162,3 +170,101 @@ def bleu_by_length(
             [hypotheses[i] for i in inside], [references[i] for i in inside]
         )
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# Summaries: ROUGE, out-of-vocabulary recall, repetition
+# ---------------------------------------------------------------------------------------
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+def rouge(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Mean ROUGE-1, ROUGE-2 and ROUGE-L F1 (0-100) of ``hypotheses`` against one
+    reference each, from the ``rouge-score`` package (Porter stemming on, its own
+    tokeniser: lower case, letters and digits only).
+
+    >>> rouge(["the cat sat"], ["the cat sat"])
+    {'rouge1': 100.0, 'rouge2': 100.0, 'rougeL': 100.0}
+    """
+    from rouge_score import rouge_scorer  # imported here: only the summary notebook needs it
+
+    hypotheses, references = _check_pairs(hypotheses, references, "summary")
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+    totals = dict.fromkeys(ROUGE_TYPES, 0.0)
+    for hyp, ref in zip(hypotheses, references, strict=True):
+        scores = scorer.score(ref, hyp)  # rouge-score takes the reference first
+        for name in ROUGE_TYPES:
+            totals[name] += scores[name].fmeasure
+    return {name: 100 * total / len(hypotheses) for name, total in totals.items()}
+
+
+def _check_token_lists(name: str, x: object) -> list[list[str]]:
+    if isinstance(x, str) or not isinstance(x, Sequence):
+        raise TypeError(f"{name} must be a list of token lists, got {type(x).__name__}")
+    for i, tokens in enumerate(x):
+        if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+            raise TypeError(f"{name}[{i}] must be a list of tokens, got {type(tokens).__name__}")
+    return [list(t) for t in x]
+
+
+def oov_recall(
+    outputs: Sequence[Sequence[str]], references: Sequence[Sequence[str]], vocabulary: set[str]
+) -> float:
+    """The share of the references' out-of-vocabulary words that the outputs contain.
+
+    Per summary, each distinct reference word outside ``vocabulary`` counts once, found
+    when its output contains it; the shares are pooled over all summaries (0 when the
+    references have no such word).
+
+    >>> oov_recall([["Ada", "won"], ["won"]], [["Ada", "won", "in", "Oslo"], ["Bo", "won"]],
+    ...            {"won", "in"})
+    0.3333333333333333
+    """
+    outputs = _check_token_lists("outputs", outputs)
+    references = _check_token_lists("references", references)
+    if len(outputs) != len(references):
+        raise ValueError(
+            f"outputs and references must have one entry per summary, got {len(outputs)} "
+            f"and {len(references)}"
+        )
+    found = total = 0
+    for out, ref in zip(outputs, references, strict=True):
+        rare = {t for t in ref if t not in vocabulary}
+        found += len(rare & set(out))
+        total += len(rare)
+    return found / total if total else 0.0
+
+
+def repeated_trigram_rate(
+    outputs: Sequence[Sequence[str]], references: Sequence[Sequence[str]] | None = None
+) -> float:
+    """The share of the outputs' trigrams that repeat an earlier trigram of the same output.
+
+    With ``references``, only repeats the reference does not have count: a trigram the
+    reference itself holds ``r`` times may occur ``max(r, 1)`` times in the output for
+    free (a summary of two similar events legitimately says "seconds on monday" twice).
+
+    >>> repeated_trigram_rate([["a", "b", "c", "a", "b", "c"], ["x", "y"]])  # 1 2 3 1: 1 of 4
+    0.25
+    >>> repeated_trigram_rate([["a", "b", "c", "a", "b", "c"]], [["a", "b", "c", "a", "b", "c"]])
+    0.0
+    """
+    outputs = _check_token_lists("outputs", outputs)
+    if references is not None:
+        references = _check_token_lists("references", references)
+        if len(references) != len(outputs):
+            raise ValueError(
+                f"outputs and references must have one entry per summary, got "
+                f"{len(outputs)} and {len(references)}"
+            )
+
+    def trigrams(tokens: list[str]) -> Counter:
+        return Counter(tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2))
+
+    repeated = total = 0
+    for k, tokens in enumerate(outputs):
+        grams = trigrams(tokens)
+        free = trigrams(references[k]) if references is not None else Counter()
+        repeated += sum(max(0, c - max(1, free[g])) for g, c in grams.items())
+        total += sum(grams.values())
+    return repeated / total if total else 0.0

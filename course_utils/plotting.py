@@ -303,3 +303,88 @@ def plot_model_view(
         title or f"All {num_layers} x {H} heads ({len(tokens)} tokens; queries down, keys across)"
     )
     return fig
+
+
+def plot_pointer_attention(
+    weights: Array,
+    src_tokens: Sequence[str],
+    out_tokens: Sequence[str],
+    p_gen: Array,
+    title: str | None = None,
+) -> Figure:
+    """A pointer-generator's attention, one column per output token, under a strip of its
+    generation probability ``p_gen``: a pale cell above a column means the word was
+    mostly copied from where that column looks.
+
+    ``weights`` (T, S) attention per output step, ``p_gen`` (T,); the source runs down the
+    rows so a long document stays readable.
+    """
+    w, p = to_numpy(weights), to_numpy(p_gen)
+    if w.ndim != 2 or w.shape != (len(out_tokens), len(src_tokens)):
+        raise ValueError(
+            f"weights must be (T, S) = ({len(out_tokens)}, {len(src_tokens)}) for the given "
+            f"tokens, got shape {w.shape}"
+        )
+    if p.shape != (w.shape[0],):
+        raise ValueError(f"p_gen must have shape ({w.shape[0]},), got {p.shape}")
+    T, S = w.shape
+    fig, (top, ax) = plt.subplots(
+        2,
+        1,
+        figsize=(2.5 + 0.3 * T, 1.6 + 0.14 * S),
+        gridspec_kw={"height_ratios": [1.2, max(S / 2.2, 2)]},
+        sharex=True,
+    )
+    strip = top.pcolormesh(p[None, :], vmin=0, vmax=1, cmap="viridis")
+    top.set_yticks([0.5], ["p_gen"])
+    top.tick_params(length=0, labelbottom=False)
+    top.set_title(title or "Where each output word looked, and whether it was generated")
+    fig.colorbar(strip, ax=top, label="p_gen", shrink=0.9)
+    plot_attention(
+        w.T,
+        x_labels=out_tokens,
+        y_labels=src_tokens,
+        ax=ax,
+        annot=False,
+        vmax=None,
+        title="",
+        xlabel="output word (greedy)",
+        ylabel="source token",
+    )
+    ax.set_title("")  # the strip above carries the figure's title
+    ax.set_aspect("auto")
+    ax.tick_params(axis="y", labelsize=6)
+    return fig
+
+
+def plot_coverage(
+    coverages: Mapping[str, Array], src_tokens: Sequence[str], title: str | None = None
+) -> Figure:
+    """Each model's coverage ``c^t`` (T+1, S): the attention summed over the steps before
+    each output step, one panel per model, source along the x axis. Values above 1 mean
+    a source token was attended to more than once in all."""
+    if not coverages:
+        raise ValueError("coverages must hold at least one model's (T+1, S) coverage")
+    arrays = {name: to_numpy(c) for name, c in coverages.items()}
+    for name, c in arrays.items():
+        if c.ndim != 2 or c.shape[1] != len(src_tokens):
+            raise ValueError(
+                f"coverage of {name!r} must be (T+1, S={len(src_tokens)}), got {c.shape}"
+            )
+    top = max(1.0, max(float(c.max()) for c in arrays.values()))
+    fig, axes = plt.subplots(
+        len(arrays), 1, figsize=(2 + 0.13 * len(src_tokens), 2.4 * len(arrays))
+    )
+    axes = np.atleast_1d(axes)
+    for ax, (name, c) in zip(axes, arrays.items(), strict=True):
+        mesh = ax.pcolormesh(c, vmin=0, vmax=top, cmap="magma_r")
+        ax.set_ylim(c.shape[0], 0)
+        ax.set_xticks(np.arange(len(src_tokens)) + 0.5, list(src_tokens), rotation=90, fontsize=6)
+        ax.set_ylabel("output step")
+        ax.set_title(f"{name}: coverage (attention summed over earlier steps)")
+        fig.colorbar(mesh, ax=ax, label="coverage")
+    axes[-1].set_xlabel("source token")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
