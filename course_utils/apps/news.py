@@ -41,7 +41,7 @@ import torch
 
 from course_utils._validate import check_positive
 from course_utils.apps.corpus import UnkVocab, tokenize
-from course_utils.data import SPECIALS, SPLITS, pad_sequences
+from course_utils.data import SPECIALS, SPLITS, length_bucketed_chunks, pad_sequences
 
 # ---------------------------------------------------------------------------------------
 # Name pools: every name belongs to exactly one split
@@ -383,17 +383,9 @@ def news_batches(data: NewsData, batch_size: int, seed: int = 0) -> Iterator[New
     """Batches of documents of similar length, in a new seeded order each epoch, forever."""
     if not isinstance(data, NewsData):
         raise TypeError(f"data must be NewsData, got {type(data).__name__}")
-    check_positive("batch_size", batch_size)
     lengths = torch.tensor([len(e.src) for e in data.encoded])
-    epoch = 0
-    while True:
-        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        shuffled = torch.randperm(len(data), generator=g)
-        order = shuffled[torch.argsort(lengths[shuffled], stable=True)].tolist()
-        chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        for c in torch.randperm(len(chunks), generator=g).tolist():
-            yield make_news_batch([data.encoded[i] for i in chunks[c]], data.vocab)
-        epoch += 1
+    for chunk in length_bucketed_chunks(lengths, batch_size, seed):
+        yield make_news_batch([data.encoded[i] for i in chunk], data.vocab)
 
 
 def ordered_batches(data: NewsData, batch_size: int = 100) -> Iterator[tuple[list[int], NewsBatch]]:
