@@ -66,7 +66,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a notebook's asserted learning targets                               | targets             | 01, 03-07, 13      |
 | greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06, 07     |
 | exact match, accuracy by length, BLEU                                | metrics             | 01, 03, 06, 07     |
-| attention against gold alignments: accuracy, AER, baselines          | alignment           | 03, 07             |
+| attention against gold alignments: accuracy, AER, baselines, boxes   | alignment           | 03, 07, 09         |
 | the GRU encoder-decoder (Seq2SeqConfig), its sequence loss           | seq2seq             | 01, 03, 07         |
 | the GRU decoder with additive (Bahdanau) attention (BahdanauConfig)  | bahdanau            | 03, 07             |
 | small attention-only models whose heads can be read                  | toy_models          | 04, 05             |
@@ -80,9 +80,11 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, head and model views, curves      | plotting            | 00-04, 06, 07, 11  |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07                 |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07, 09             |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07                 |
+| digit scenes with captions and boxes, a captioning-folder loader     | apps.scenes         | 09                 |
+| CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
 | the exercise-checking harness                                        | exercises           | 01-07, 11, 13      |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
@@ -91,6 +93,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: sinusoidal encoding, offset rotation, rotary positions     | exercises.nb05      | 05                 |
 | checkers: feed-forward block, label smoothing, warm-up rate          | exercises.nb06      | 06                 |
 | checkers: BLEU's modified precision and brevity penalty              | exercises.nb07      | 07                 |
+| checkers: attention over a grid, the doubly stochastic term          | exercises.nb09      | 09                 |
 | checkers: attention entropy, top-k search                            | exercises.nb11      | 11                 |
 | checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
