@@ -124,29 +124,36 @@ def caption_for(
 
 
 def _place(rng: np.random.Generator, sizes: list[int], canvas: int) -> list[tuple[int, int]] | None:
-    """Top-left corners for squares of ``sizes`` that do not touch and whose centres are at
-    least 3 pixels apart left to right (so reading order is clear); None if none was found."""
+    """Top-left corners for squares of ``sizes`` with a pixel of space between any two,
+    or None when 100 tries did not fit one of them."""
     corners: list[tuple[int, int]] = []
     for size in sizes:
         for _ in range(100):
             top, left = (int(v) for v in rng.integers(0, canvas - size + 1, size=2))
-            clear = all(
+            if all(
                 top + size + 1 <= t
                 or t + s + 1 <= top
                 or left + size + 1 <= le
                 or le + s + 1 <= left
                 for (t, le), s in zip(corners, sizes, strict=False)
-            )
-            centres_apart = all(
-                abs(2 * left + size - 2 * le - s) >= 6
-                for (_, le), s in zip(corners, sizes, strict=False)
-            )
-            if clear and centres_apart:
+            ):
                 corners.append((top, left))
                 break
         else:
             return None
     return corners
+
+
+def _ink_box(patch: torch.Tensor, top: int, left: int) -> tuple[int, int, int, int]:
+    """The box of the pixels of ``patch`` (placed at ``top``, ``left``) darker than INK."""
+    rows = (patch > INK).any(dim=1).nonzero()[:, 0]
+    cols = (patch > INK).any(dim=0).nonzero()[:, 0]
+    return (
+        top + int(rows[0]),
+        left + int(cols[0]),
+        top + int(rows[-1]) + 1,
+        left + int(cols[-1]) + 1,
+    )
 
 
 def make_scene(
@@ -159,36 +166,34 @@ def make_scene(
     relations: bool = False,
 ) -> Scene:
     """One scene of ``n_digits`` digit images drawn from ``pool`` (indices into
-    :func:`digit_images`), each scaled to a side in ``sizes`` (both ends included)."""
+    :func:`digit_images`), each scaled to a side in ``sizes`` (both ends included).
+
+    Reading order is the order of the boxes' centres from left to right; a layout where two
+    centres are less than 3 pixels apart (one digit nearly above another) is drawn again.
+    """
     images, labels = digit_images()
     while True:
         side = [int(s) for s in rng.integers(sizes[0], sizes[1] + 1, size=n_digits)]
         corners = _place(rng, side, canvas)
-        if corners is not None:
+        if corners is None:
+            continue
+        sources = [pool[int(i)] for i in rng.choice(len(pool), size=n_digits, replace=False)]
+        boxes = [
+            _ink_box(_scaled(s)[i], *c) for i, s, c in zip(sources, side, corners, strict=True)
+        ]
+        centres = sorted(left + right for _, left, _, right in boxes)  # twice the centre
+        if all(b - a >= 6 for a, b in zip(centres, centres[1:], strict=False)):
             break
-    sources = [pool[int(i)] for i in rng.choice(len(pool), size=n_digits, replace=False)]
     image = torch.zeros(canvas, canvas)
-    placed = []
-    for src, s, (top, left) in zip(sources, side, corners, strict=True):
-        patch = _scaled(s)[src]  # (s, s)
-        image[top : top + s, left : left + s] = torch.maximum(
-            image[top : top + s, left : left + s], patch
-        )
-        rows = (patch > INK).any(dim=1).nonzero()[:, 0]
-        cols = (patch > INK).any(dim=0).nonzero()[:, 0]
-        box = (
-            top + int(rows[0]),
-            left + int(cols[0]),
-            top + int(rows[-1]) + 1,
-            left + int(cols[-1]) + 1,
-        )
-        placed.append((left + s / 2, int(labels[src]), box, src))
-    placed.sort()  # reading order: by the centre's column
+    for i, s, (top, left) in zip(sources, side, corners, strict=True):
+        region = image[top : top + s, left : left + s]
+        region.copy_(torch.maximum(region, _scaled(s)[i]))  # (s, s)
+    order = sorted(range(n_digits), key=lambda k: boxes[k][1] + boxes[k][3])  # left to right
     noisy = image + noise * torch.from_numpy(rng.standard_normal((canvas, canvas))).float()
-    digits = [d for _, d, _, _ in placed]
-    boxes = [b for _, _, b, _ in placed]
+    digits = [int(labels[sources[k]]) for k in order]
+    boxes = [boxes[k] for k in order]
     words, word_digit = caption_for(digits, boxes, relations)
-    return Scene(noisy.clamp(0, 1), digits, boxes, [s for *_, s in placed], words, word_digit)
+    return Scene(noisy.clamp(0, 1), digits, boxes, [sources[k] for k in order], words, word_digit)
 
 
 def make_scenes(
