@@ -78,7 +78,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
 | head scores, attention rollout, linear probes of hidden states       | interpret           | 01, 04, 11         |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
-| every matplotlib figure: heatmaps, head and model views, curves      | plotting            | 00-04, 06, 07, 11  |
+| every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04, 06-09, 11   |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
 | the applications: make_splits, build_model(attention), evaluate      | apps                | 07, 09             |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |

@@ -303,3 +303,49 @@ def plot_model_view(
         title or f"All {num_layers} x {H} heads ({len(tokens)} tokens; queries down, keys across)"
     )
     return fig
+
+
+def plot_attention_overlay(
+    image: Array,
+    weights: Array,
+    words: Sequence[str],
+    boxes: Sequence[tuple[int, int, int, int] | None] | None = None,
+    title: str | None = None,
+    ncols: int = 6,
+) -> Figure:
+    """One panel per word: the grey ``image`` (H, W) with where the model looked drawn over it.
+
+    ``weights`` (T, G, G) holds one attention grid per word; each is stretched over the image
+    (bilinear) and coloured from 0 to its own maximum, so every panel shows its own peak.
+    ``boxes`` may give, per word, the box ``(top, left, bottom, right)`` of what the word
+    names (drawn as a green frame) or ``None``.
+    """
+    img, w = to_numpy(image), to_numpy(weights)
+    if img.ndim != 2:
+        raise ValueError(f"image must be (H, W), got shape {img.shape}")
+    if w.ndim != 3 or w.shape[1] != w.shape[2] or w.shape[0] != len(words):
+        raise ValueError(
+            f"weights must be (T, G, G) with T = len(words) = {len(words)}, got shape {w.shape}"
+        )
+    if boxes is not None and len(boxes) != len(words):
+        raise ValueError(f"boxes must hold one entry per word ({len(words)}), got {len(boxes)}")
+    H, W = img.shape
+    cols = min(ncols, len(words))
+    rows = math.ceil(len(words) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.3 * cols, 2.5 * rows + 0.4), squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        ax.set_axis_off()
+        if k >= len(words):
+            continue
+        ax.imshow(img, cmap="gray_r", vmin=0, vmax=1)
+        extent = (-0.5, W - 0.5, H - 0.5, -0.5)  # the grid covers the image exactly
+        ax.imshow(w[k], cmap="inferno", alpha=0.55, extent=extent, interpolation="bilinear")
+        if boxes is not None and boxes[k] is not None:
+            top, left, bottom, right = boxes[k]
+            frame = plt.Rectangle((left - 0.5, top - 0.5), right - left, bottom - top)
+            frame.set(fill=False, edgecolor="lime", linewidth=1.5)
+            ax.add_patch(frame)
+        ax.set_title(f"{k + 1}. {words[k]}  (peak {w[k].max():.2f})", fontsize=9)
+    fig.suptitle(title or "Where the model looked before each word")
+    fig.tight_layout()
+    return fig

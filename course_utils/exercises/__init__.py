@@ -9,7 +9,8 @@ exact match), ``nb02`` (masked softmax, scaled dot-product attention, additive s
 Nadaraya-Watson), ``nb03`` (attention read, alignment accuracy), ``nb04`` (split heads,
 multi-head self-attention, previous-token score), ``nb05`` (sinusoidal encoding, offset
 rotation, rotary positions), ``nb06`` (feed-forward block, label smoothing, Noam rate),
-``nb07`` (BLEU's modified precision and brevity penalty), ``nb11`` (attention entropy, top-k
+``nb07`` (BLEU's modified precision and brevity penalty), ``nb09`` (gated read over an
+image grid, the doubly stochastic term, peak in a box), ``nb11`` (attention entropy, top-k
 search) and ``nb13`` (online softmax, dilated window mask). ``student`` writes the copies of
 the notebooks without solutions.
 
