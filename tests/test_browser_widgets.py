@@ -49,6 +49,7 @@ WIDGET_NOTEBOOKS = [
     "05_positional_encoding.ipynb",
     "06_transformer.ipynb",
     "07_machine_translation.ipynb",
+    "09_image_captioning.ipynb",
     "11_visualising_attention.ipynb",
     "13_efficient_attention.ipynb",
 ]
