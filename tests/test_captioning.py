@@ -212,3 +212,26 @@ def test_pointing_counts_only_digit_words():
     assert scores["chance"] == pytest.approx(expected)
     with pytest.raises(ValueError, match=r"boxes must hold 2"):
         alignment.region_hits(torch.rand(2, 3, 3), [(0, 0, 1, 1)], (6, 6))
+
+
+def test_overlay_draws_one_titled_panel_per_word_and_checks_shapes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_utils.plotting import plot_attention_overlay
+
+    weights = torch.softmax(torch.randn(3, 36), dim=-1).reshape(3, 6, 6)
+    fig = plot_attention_overlay(
+        torch.rand(48, 48), weights, ["one", "and", "two"], [(0, 0, 8, 8), None, (8, 8, 20, 20)]
+    )
+    titled = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title().split("  ")[0] for ax in titled] == ["1. one", "2. and", "3. two"]
+    assert sum(len(ax.patches) for ax in titled) == 2  # a frame for each word with a box
+    assert fig._suptitle.get_text()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="T = len\\(words\\) = 2"):
+        plot_attention_overlay(torch.rand(48, 48), weights, ["one", "two"])
+    with pytest.raises(ValueError, match="image must be"):
+        plot_attention_overlay(torch.rand(1, 48, 48), weights, ["a", "b", "c"])
