@@ -312,13 +312,15 @@ def plot_attention_overlay(
     boxes: Sequence[tuple[int, int, int, int] | None] | None = None,
     title: str | None = None,
     ncols: int = 6,
+    panel_size: float = 2.3,
 ) -> Figure:
     """One panel per word: the grey ``image`` (H, W) with where the model looked drawn over it.
 
     ``weights`` (T, G, G) holds one attention grid per word; each is stretched over the image
     (bilinear) and coloured from 0 to its own maximum, so every panel shows its own peak.
     ``boxes`` may give, per word, the box ``(top, left, bottom, right)`` of what the word
-    names (drawn as a green frame) or ``None``.
+    names (drawn as a green frame) or ``None``. Panels are ``panel_size`` inches wide, at
+    most ``ncols`` to a row.
     """
     img, w = to_numpy(image), to_numpy(weights)
     if img.ndim != 2:
@@ -332,7 +334,8 @@ def plot_attention_overlay(
     H, W = img.shape
     cols = min(ncols, len(words))
     rows = math.ceil(len(words) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.3 * cols, 2.5 * rows + 0.4), squeeze=False)
+    size = (panel_size * cols, (panel_size + 0.2) * rows + 0.4)
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
     for k, ax in enumerate(axes.flat):
         ax.set_axis_off()
         if k >= len(words):
