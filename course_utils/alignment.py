@@ -14,6 +14,10 @@
   0 is perfect, 1 shares no link with the gold alignment.
 - :func:`diagonal_alignment` and :func:`random_alignment` are the baselines a learned
   alignment must beat.
+- Over an image, attention is a ``(G, G)`` grid of weights over cells. :func:`region_hits`
+  says, per word, whether the peak cell's centre lies inside the box of the object the word
+  names ("pointing"); :func:`region_chance` is each box's share of the cell centres, the
+  hit rate of a peak dropped on a random cell.
 
 Shapes follow the legend in :mod:`course_utils`.
 """
@@ -25,7 +29,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from course_utils._validate import check_per_step
+from course_utils._validate import check_per_step, check_positive, check_tensor
 
 Alignment = set[tuple[int, int]]
 
@@ -138,3 +142,64 @@ def random_alignment(src_len: int, tgt_len: int, rng: random.Random) -> Alignmen
     if src_len < 1 or tgt_len < 1:
         raise ValueError(f"src_len and tgt_len must be positive, got {src_len} and {tgt_len}")
     return {(rng.randrange(src_len), t) for t in range(tgt_len)}
+
+
+# ---------------------------------------------------------------------------------------
+# Attention over an image grid against boxes
+# ---------------------------------------------------------------------------------------
+Box = tuple[int, int, int, int]  # (top, left, bottom, right) in pixels, bottom and right excluded
+
+
+def _cell_centres(grid: int, image_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pixel coordinates (rows (G,), columns (G,)) of the centres of a G x G grid's cells."""
+    height, width = image_size
+    steps = torch.arange(grid) + 0.5
+    return steps * height / grid, steps * width / grid
+
+
+def _check_boxes(boxes: Sequence[Box], n: int) -> torch.Tensor:
+    out = torch.as_tensor([list(b) for b in boxes], dtype=torch.float32)
+    if out.shape != (n, 4):
+        raise ValueError(
+            f"boxes must hold {n} (top, left, bottom, right) boxes, got shape {tuple(out.shape)}"
+        )
+    return out
+
+
+def region_hits(
+    weights: torch.Tensor, boxes: Sequence[Box], image_size: tuple[int, int]
+) -> torch.Tensor:
+    """Per row of ``weights`` (N, G, G), whether its peak cell's centre lies inside its box.
+
+    ``boxes`` holds N boxes ``(top, left, bottom, right)`` in the pixels of an image of
+    ``image_size`` = (H, W), which the grid covers evenly. Returns bool (N,).
+
+    >>> w = torch.zeros(2, 2, 2)
+    >>> w[0, 1, 0] = w[1, 0, 0] = 1.0  # peaks: bottom-left cell, then top-left cell
+    >>> region_hits(w, [(4, 0, 8, 4), (4, 0, 8, 4)], (8, 8))  # the box is the bottom-left quarter
+    tensor([ True, False])
+    """
+    check_tensor("weights", weights, dims=3)
+    N, G = weights.shape[0], weights.shape[1]
+    if weights.shape[2] != G:
+        raise ValueError(f"weights must be (N, G, G), got shape {tuple(weights.shape)}")
+    b = _check_boxes(boxes, N)  # (N, 4)
+    rows, cols = _cell_centres(G, image_size)
+    peak = weights.reshape(N, G * G).argmax(dim=-1)  # (N,)
+    y, x = rows[peak // G], cols[peak % G]  # (N,), (N,)
+    return (b[:, 0] <= y) & (y < b[:, 2]) & (b[:, 1] <= x) & (x < b[:, 3])
+
+
+def region_chance(boxes: Sequence[Box], grid: int, image_size: tuple[int, int]) -> torch.Tensor:
+    """Each box's share of the ``grid`` x ``grid`` cell centres: (N,), the chance that a peak
+    on a uniformly random cell falls inside it.
+
+    >>> region_chance([(4, 0, 8, 4), (0, 0, 8, 8)], 2, (8, 8))
+    tensor([0.2500, 1.0000])
+    """
+    check_positive("grid", grid)
+    b = _check_boxes(boxes, len(boxes))  # (N, 4)
+    rows, cols = _cell_centres(grid, image_size)
+    inside_rows = (b[:, None, 0] <= rows) & (rows < b[:, None, 2])  # (N, G)
+    inside_cols = (b[:, None, 1] <= cols) & (cols < b[:, None, 3])  # (N, G)
+    return inside_rows.float().mean(dim=1) * inside_cols.float().mean(dim=1)

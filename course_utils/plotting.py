@@ -312,45 +312,27 @@ def plot_pointer_attention(
     p_gen: Array,
     title: str | None = None,
 ) -> Figure:
-    """A pointer-generator's attention, one column per output token, under a strip of its
-    generation probability ``p_gen``: a pale cell above a column means the word was
-    mostly copied from where that column looks.
-
-    ``weights`` (T, S) attention per output step, ``p_gen`` (T,); the source runs down the
-    rows so a long document stays readable.
-    """
+    """A pointer-generator's attention ``weights`` (T, S), one column per output token and
+    the source down the rows, under a strip of its ``p_gen`` (T,): a dark cell in the strip
+    means that column's word was mostly copied from where the column looks."""
     w, p = to_numpy(weights), to_numpy(p_gen)
-    if w.ndim != 2 or w.shape != (len(out_tokens), len(src_tokens)):
+    if w.shape != (len(out_tokens), len(src_tokens)) or p.shape != (len(out_tokens),):
         raise ValueError(
-            f"weights must be (T, S) = ({len(out_tokens)}, {len(src_tokens)}) for the given "
-            f"tokens, got shape {w.shape}"
+            f"weights must be (T, S) = ({len(out_tokens)}, {len(src_tokens)}) and p_gen "
+            f"({len(out_tokens)},) for the given tokens, got {w.shape} and {p.shape}"
         )
-    if p.shape != (w.shape[0],):
-        raise ValueError(f"p_gen must have shape ({w.shape[0]},), got {p.shape}")
     T, S = w.shape
     fig, (top, ax) = plt.subplots(
-        2,
-        1,
-        figsize=(2.5 + 0.3 * T, 1.6 + 0.14 * S),
+        2, 1, figsize=(2.5 + 0.3 * T, 1.6 + 0.14 * S), sharex=True,
         gridspec_kw={"height_ratios": [1.2, max(S / 2.2, 2)]},
-        sharex=True,
-    )
+    )  # fmt: skip
     strip = top.pcolormesh(p[None, :], vmin=0, vmax=1, cmap="viridis")
     top.set_yticks([0.5], ["p_gen"])
     top.tick_params(length=0, labelbottom=False)
     top.set_title(title or "Where each output word looked, and whether it was generated")
     fig.colorbar(strip, ax=top, label="p_gen", shrink=0.9)
-    plot_attention(
-        w.T,
-        x_labels=out_tokens,
-        y_labels=src_tokens,
-        ax=ax,
-        annot=False,
-        vmax=None,
-        title="",
-        xlabel="output word (greedy)",
-        ylabel="source token",
-    )
+    plot_attention(w.T, out_tokens, src_tokens, ax=ax, annot=False, vmax=None,
+                   xlabel="output word (greedy)", ylabel="source token")  # fmt: skip
     ax.set_title("")  # the strip above carries the figure's title
     ax.set_aspect("auto")
     ax.tick_params(axis="y", labelsize=6)
@@ -360,31 +342,72 @@ def plot_pointer_attention(
 def plot_coverage(
     coverages: Mapping[str, Array], src_tokens: Sequence[str], title: str | None = None
 ) -> Figure:
-    """Each model's coverage ``c^t`` (T+1, S): the attention summed over the steps before
-    each output step, one panel per model, source along the x axis. Values above 1 mean
-    a source token was attended to more than once in all."""
-    if not coverages:
-        raise ValueError("coverages must hold at least one model's (T+1, S) coverage")
+    """Each model's coverage ``c^t`` (T+1, S), the attention summed over the steps before
+    each output step, one panel per model; above 1, a token was attended to more than once."""
     arrays = {name: to_numpy(c) for name, c in coverages.items()}
-    for name, c in arrays.items():
-        if c.ndim != 2 or c.shape[1] != len(src_tokens):
-            raise ValueError(
-                f"coverage of {name!r} must be (T+1, S={len(src_tokens)}), got {c.shape}"
-            )
+    bad = {n: c.shape for n, c in arrays.items() if c.ndim != 2 or c.shape[1] != len(src_tokens)}
+    if not arrays or bad:
+        raise ValueError(f"coverages must map names to (T+1, S={len(src_tokens)}), got {bad}")
     top = max(1.0, max(float(c.max()) for c in arrays.values()))
-    fig, axes = plt.subplots(
-        len(arrays), 1, figsize=(2 + 0.13 * len(src_tokens), 2.4 * len(arrays))
-    )
-    axes = np.atleast_1d(axes)
-    for ax, (name, c) in zip(axes, arrays.items(), strict=True):
+    n = len(arrays)
+    fig, axes = plt.subplots(n, 1, figsize=(2 + 0.13 * len(src_tokens), 2.4 * n), squeeze=False)
+    for ax, (name, c) in zip(axes[:, 0], arrays.items(), strict=True):
         mesh = ax.pcolormesh(c, vmin=0, vmax=top, cmap="magma_r")
         ax.set_ylim(c.shape[0], 0)
         ax.set_xticks(np.arange(len(src_tokens)) + 0.5, list(src_tokens), rotation=90, fontsize=6)
         ax.set_ylabel("output step")
         ax.set_title(f"{name}: coverage (attention summed over earlier steps)")
         fig.colorbar(mesh, ax=ax, label="coverage")
-    axes[-1].set_xlabel("source token")
-    if title:
-        fig.suptitle(title)
+    axes[-1, 0].set_xlabel("source token")
+    fig.suptitle(title or "Coverage before each output step")
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention_overlay(
+    image: Array,
+    weights: Array,
+    words: Sequence[str],
+    boxes: Sequence[tuple[int, int, int, int] | None] | None = None,
+    title: str | None = None,
+    ncols: int = 6,
+    panel_size: float = 2.3,
+) -> Figure:
+    """One panel per word: the grey ``image`` (H, W) with where the model looked drawn over it.
+
+    ``weights`` (T, G, G) holds one attention grid per word; each is stretched over the image
+    (bilinear) and coloured from 0 to its own maximum, so every panel shows its own peak.
+    ``boxes`` may give, per word, the box ``(top, left, bottom, right)`` of what the word
+    names (drawn as a green frame) or ``None``. Panels are ``panel_size`` inches wide, at
+    most ``ncols`` to a row.
+    """
+    img, w = to_numpy(image), to_numpy(weights)
+    if img.ndim != 2:
+        raise ValueError(f"image must be (H, W), got shape {img.shape}")
+    if w.ndim != 3 or w.shape[1] != w.shape[2] or w.shape[0] != len(words):
+        raise ValueError(
+            f"weights must be (T, G, G) with T = len(words) = {len(words)}, got shape {w.shape}"
+        )
+    if boxes is not None and len(boxes) != len(words):
+        raise ValueError(f"boxes must hold one entry per word ({len(words)}), got {len(boxes)}")
+    H, W = img.shape
+    cols = min(ncols, len(words))
+    rows = math.ceil(len(words) / cols)
+    size = (panel_size * cols, (panel_size + 0.2) * rows + 0.4)
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False)
+    for k, ax in enumerate(axes.flat):
+        ax.set_axis_off()
+        if k >= len(words):
+            continue
+        ax.imshow(img, cmap="gray_r", vmin=0, vmax=1)
+        extent = (-0.5, W - 0.5, H - 0.5, -0.5)  # the grid covers the image exactly
+        ax.imshow(w[k], cmap="inferno", alpha=0.55, extent=extent, interpolation="bilinear")
+        if boxes is not None and boxes[k] is not None:
+            top, left, bottom, right = boxes[k]
+            frame = plt.Rectangle((left - 0.5, top - 0.5), right - left, bottom - top)
+            frame.set(fill=False, edgecolor="lime", linewidth=1.5)
+            ax.add_patch(frame)
+        ax.set_title(f"{k + 1}. {words[k]}  (peak {w[k].max():.2f})", fontsize=9)
+    fig.suptitle(title or "Where the model looked before each word")
     fig.tight_layout()
     return fig

@@ -50,6 +50,7 @@ WIDGET_NOTEBOOKS = [
     "06_transformer.ipynb",
     "07_machine_translation.ipynb",
     "08_summarisation.ipynb",
+    "09_image_captioning.ipynb",
     "11_visualising_attention.ipynb",
     "13_efficient_attention.ipynb",
 ]

@@ -224,3 +224,26 @@ def test_summary_metrics_reject_bad_input():
         metrics.oov_recall(["a b"], [["a"]], set())
     with pytest.raises(ValueError, match="one entry per summary"):
         metrics.repeated_trigram_rate([["a"]], [["a"], ["b"]])
+
+
+# --- the two summary plots -------------------------------------------------------------
+def test_pointer_and_coverage_plots_draw_and_check_shapes():
+    import matplotlib.pyplot as plt
+
+    from course_utils.plotting import plot_coverage, plot_pointer_attention
+
+    w = torch.softmax(torch.randn(3, 5), -1)
+    fig = plot_pointer_attention(
+        w, list("abcde"), ["x", "y", "<eos>"], torch.tensor([0.1, 0.9, 0.5])
+    )
+    labels = [t.get_text() for t in fig.axes[1].get_xticklabels()]  # the heatmap under the strip
+    assert labels == ["x", "y", "<eos>"] and fig.axes[0].get_title()
+    plt.close(fig)
+    with pytest.raises(ValueError, match=r"weights must be \(T, S\) = \(3, 4\)"):
+        plot_pointer_attention(w, list("abcd"), ["x", "y", "<eos>"], torch.ones(3))
+    cov = torch.cat([torch.zeros(1, 5), torch.cumsum(w, 0)])
+    fig = plot_coverage({"a": cov, "b": cov}, list("abcde"))
+    assert len([ax for ax in fig.axes if ax.get_title().endswith("earlier steps)")]) == 2
+    plt.close(fig)
+    with pytest.raises(ValueError, match="S=4"):
+        plot_coverage({"a": cov}, list("abcd"))

@@ -10,7 +10,8 @@ Nadaraya-Watson), ``nb03`` (attention read, alignment accuracy), ``nb04`` (split
 multi-head self-attention, previous-token score), ``nb05`` (sinusoidal encoding, offset
 rotation, rotary positions), ``nb06`` (feed-forward block, label smoothing, Noam rate),
 ``nb07`` (BLEU's modified precision and brevity penalty), ``nb08`` (the pointer-generator's
-final distribution, a summary's coverage loss), ``nb11`` (attention entropy, top-k
+final distribution, a summary's coverage loss), ``nb09`` (gated read over an image grid,
+the doubly stochastic term, peak in a box), ``nb11`` (attention entropy, top-k
 search) and ``nb13`` (online softmax, dilated window mask). ``student`` writes the copies of
 the notebooks without solutions.
 
