@@ -207,6 +207,14 @@ def _check_token_lists(name: str, x: object) -> list[list[str]]:
     return [list(t) for t in x]
 
 
+def _check_same_count(outputs: list, references: list) -> None:
+    if len(outputs) != len(references):
+        raise ValueError(
+            f"outputs and references must have one entry per summary, got {len(outputs)} "
+            f"and {len(references)}"
+        )
+
+
 def oov_recall(
     outputs: Sequence[Sequence[str]], references: Sequence[Sequence[str]], vocabulary: set[str]
 ) -> float:
@@ -222,11 +230,7 @@ def oov_recall(
     """
     outputs = _check_token_lists("outputs", outputs)
     references = _check_token_lists("references", references)
-    if len(outputs) != len(references):
-        raise ValueError(
-            f"outputs and references must have one entry per summary, got {len(outputs)} "
-            f"and {len(references)}"
-        )
+    _check_same_count(outputs, references)
     found = total = 0
     for out, ref in zip(outputs, references, strict=True):
         rare = {t for t in ref if t not in vocabulary}
@@ -252,11 +256,7 @@ def repeated_trigram_rate(
     outputs = _check_token_lists("outputs", outputs)
     if references is not None:
         references = _check_token_lists("references", references)
-        if len(references) != len(outputs):
-            raise ValueError(
-                f"outputs and references must have one entry per summary, got "
-                f"{len(outputs)} and {len(references)}"
-            )
+        _check_same_count(outputs, references)
 
     def trigrams(tokens: list[str]) -> Counter:
         return Counter(tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2))

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from course_utils.attention import AdditiveScore
+
 
 def _describe(x: object) -> str:
     if isinstance(x, torch.Tensor):
@@ -108,3 +110,15 @@ def check_function(
 def seeded(seed: int) -> torch.Generator:
     """A fresh CPU generator seeded with ``seed``: each checker draws its inputs from one."""
     return torch.Generator().manual_seed(seed)
+
+
+def additive_score_from(W_q: torch.Tensor, W_k: torch.Tensor, v: torch.Tensor) -> AdditiveScore:
+    """The library's :class:`~course_utils.attention.AdditiveScore` holding a learner's
+    matrices ``W_q (A, R)``, ``W_k (A, C)`` and ``v (A,)``: the checkers' reference score."""
+    A, R = W_q.shape
+    score = AdditiveScore(query_dim=R, key_dim=W_k.shape[1], hidden_dim=A)
+    with torch.no_grad():
+        score.w_q.weight.copy_(W_q)
+        score.w_k.weight.copy_(W_k)
+        score.v.weight.copy_(v.unsqueeze(0))
+    return score

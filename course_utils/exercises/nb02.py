@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from course_utils import attention
-from course_utils.exercises import check_function, seeded
+from course_utils.exercises import additive_score_from, check_function, seeded
 
 
 def check_masked_softmax(fn: Callable) -> None:
@@ -59,13 +59,8 @@ def _additive_reference(
     query: torch.Tensor, key: torch.Tensor, W_q: torch.Tensor, W_k: torch.Tensor, v: torch.Tensor
 ) -> torch.Tensor:
     """The library's ``AdditiveScore`` holding the given matrices (``W (A, D)``, ``v (A,)``)."""
-    A, Dq = W_q.shape
-    module = attention.AdditiveScore(query_dim=Dq, key_dim=W_k.shape[1], hidden_dim=A)
     with torch.no_grad():
-        module.w_q.weight.copy_(W_q)
-        module.w_k.weight.copy_(W_k)
-        module.v.weight.copy_(v.unsqueeze(0))
-        return module(query, key)
+        return additive_score_from(W_q, W_k, v)(query, key)
 
 
 def check_additive_score(fn: Callable) -> None:

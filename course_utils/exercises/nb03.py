@@ -13,22 +13,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from course_utils import alignment, attention, bahdanau
+from course_utils import alignment, bahdanau
 from course_utils.data import lengths_to_mask
-from course_utils.exercises import check_function, seeded
+from course_utils.exercises import additive_score_from, check_function, seeded
 
 
 def _attention_read_reference(
     query: Tensor, enc_states: Tensor, src_mask: Tensor, W_q: Tensor, W_k: Tensor, v: Tensor
 ) -> tuple[Tensor, Tensor]:
     """``bahdanau.attend`` with an ``AdditiveScore`` holding ``W_q (A, R)``, ``W_k (A, C)``, ``v (A,)``."""
-    A, R = W_q.shape
-    score = attention.AdditiveScore(query_dim=R, key_dim=W_k.shape[1], hidden_dim=A)
     with torch.no_grad():
-        score.w_q.weight.copy_(W_q)
-        score.w_k.weight.copy_(W_k)
-        score.v.weight.copy_(v.unsqueeze(0))
-        return bahdanau.attend(query, enc_states, src_mask, score)
+        return bahdanau.attend(query, enc_states, src_mask, additive_score_from(W_q, W_k, v))
 
 
 def check_attention_read(fn: Callable) -> None:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from course_utils import alignment, attention
+from course_utils import alignment
 from course_utils.apps import captioning
-from course_utils.exercises import check_function, seeded
+from course_utils.exercises import additive_score_from, check_function, seeded
 
 
 def _gated_read_reference(
@@ -29,13 +29,10 @@ def _gated_read_reference(
     w_beta: Tensor,
     b_beta: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    A, R = W_q.shape
-    score = attention.AdditiveScore(query_dim=R, key_dim=W_k.shape[1], hidden_dim=A)
     with torch.no_grad():
-        score.w_q.weight.copy_(W_q)
-        score.w_k.weight.copy_(W_k)
-        score.v.weight.copy_(v.unsqueeze(0))
-        context, weights = captioning.spatial_attend(hidden, features, score)
+        context, weights = captioning.spatial_attend(
+            hidden, features, additive_score_from(W_q, W_k, v)
+        )
     beta = torch.sigmoid(hidden @ w_beta + b_beta)  # (B,)
     return beta[:, None] * context, weights, beta
 
