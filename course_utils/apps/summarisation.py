@@ -270,7 +270,12 @@ def summary_loss(model: Summariser, batch: object, coverage_weight: float = 0.0)
 # The application protocol of course_utils.apps: make_splits, build_model, evaluate
 # ---------------------------------------------------------------------------------------
 def make_splits(
-    n_train: int, n_val: int, n_test: int, seed: int = 0, max_vocab: int = 300, min_freq: int = 5
+    n_train: int = 4000,
+    n_val: int = 100,
+    n_test: int = 400,
+    seed: int = 0,
+    max_vocab: int = 300,
+    min_freq: int = 5,
 ) -> dict[str, news.NewsData]:
     """Train, validation and test reports (names from disjoint pools) and one capped
     vocabulary built from the training reports only.
@@ -287,15 +292,22 @@ def make_splits(
 
 def build_model(
     attention: bool,
-    vocab: UnkVocab,
+    vocab: UnkVocab | None = None,
     pointer: bool | None = None,
     coverage: bool = False,
     **sizes: int,
 ) -> Summariser:
-    """A :class:`Summariser` over ``vocab``; ``pointer`` defaults to ``attention`` (a model
-    with attention is the pointer-generator, one without can neither attend nor copy)."""
+    """A :class:`Summariser` over ``vocab`` (default: the vocabulary of :func:`make_splits`'
+    default training reports, as notebook 08 uses); ``pointer`` defaults to ``attention``
+    (a model with attention is the pointer-generator, one without can neither attend nor copy).
+
+    >>> build_model(attention=False).config.pointer
+    False
+    """
     if not isinstance(attention, bool):
         raise TypeError(f"attention must be a bool, got {attention!r}")
+    if vocab is None:
+        vocab = news.news_vocab(news.make_reports(4000, split="train", seed=0))
     if not isinstance(vocab, UnkVocab):
         raise TypeError(f"vocab must be an UnkVocab, got {type(vocab).__name__}")
     pointer = attention if pointer is None else pointer
