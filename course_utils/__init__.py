@@ -65,8 +65,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
 | a notebook's asserted learning targets                               | targets             | 01, 03-09, 13      |
 | greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-09      |
-| exact match, accuracy by length, BLEU, ROUGE, rare words, repeats    | metrics             | 01, 03, 06-08      |
-| attention against gold alignments: accuracy, AER, baselines, boxes   | alignment           | 03, 07, 09         |
+| exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
+| attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |
 | the GRU encoder-decoder (Seq2SeqConfig), its sequence loss           | seq2seq             | 01, 03, 07         |
 | the GRU decoder with additive (Bahdanau) attention (BahdanauConfig)  | bahdanau            | 03, 07             |
 | small attention-only models whose heads can be read                  | toy_models          | 04, 05             |
@@ -80,13 +80,15 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04, 06-09, 11   |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-09              |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10              |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
 | pointer-generator with coverage (See et al. 2017), summary protocol  | apps.summarisation  | 08                 |
 | digit scenes with captions and boxes, a captioning-folder loader     | apps.scenes         | 09                 |
 | CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
+| spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                 |
+| Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                 |
 | the exercise-checking harness                                        | exercises           | 01-09, 11, 13      |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
