@@ -63,8 +63,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets                               | targets             | 01, 03-09, 13      |
-| greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-09      |
+| a notebook's asserted learning targets                               | targets             | 01, 03-10, 13      |
+| greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-10      |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
 | attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |
 | the GRU encoder-decoder (Seq2SeqConfig), its sequence loss           | seq2seq             | 01, 03, 07         |
@@ -89,7 +89,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
 | spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                 |
 | Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                 |
-| the exercise-checking harness                                        | exercises           | 01-09, 11, 13      |
+| the exercise-checking harness                                        | exercises           | 01-11, 13          |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
@@ -99,6 +99,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: BLEU's modified precision and brevity penalty              | exercises.nb07      | 07                 |
 | checkers: the final distribution, a summary's coverage loss          | exercises.nb08      | 08                 |
 | checkers: attention over a grid, the doubly stochastic term          | exercises.nb09      | 09                 |
+| checkers: mel filterbank, pyramidal time reduction, monotonic share  | exercises.nb10      | 10                 |
 | checkers: attention entropy, top-k search                            | exercises.nb11      | 11                 |
 | checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |

@@ -195,6 +195,15 @@ class SpeechData:
             self._feats = [log_mel(a) for a in self.audio]
         return self._feats
 
+    def select(self, indices: list[int]) -> SpeechData:
+        """The clips at ``indices``, in that order (their features too, if computed)."""
+        pick = lambda xs: [xs[i] for i in indices] if xs else []  # noqa: E731
+        feats = None if self._feats is None else pick(self._feats)
+        return SpeechData(
+            pick(self.audio), pick(self.texts), pick(self.voices), pick(self.speeds),
+            pick(self.pitches), feats,
+        )  # fmt: skip
+
     def batch(self, indices: list[int]) -> SpeechBatch:
         v = self.vocab
         feats = [self.feats[i] for i in indices]
