@@ -63,10 +63,10 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets                               | targets             | 01, 03-09, 13      |
-| greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-09      |
-| exact match, accuracy by length, BLEU, ROUGE, rare words, repeats    | metrics             | 01, 03, 06-08      |
-| attention against gold alignments: accuracy, AER, baselines, boxes   | alignment           | 03, 07, 09         |
+| a notebook's asserted learning targets                               | targets             | 01, 03-10, 13      |
+| greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-10      |
+| exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
+| attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |
 | the GRU encoder-decoder (Seq2SeqConfig), its sequence loss           | seq2seq             | 01, 03, 07         |
 | the GRU decoder with additive (Bahdanau) attention (BahdanauConfig)  | bahdanau            | 03, 07             |
 | small attention-only models whose heads can be read                  | toy_models          | 04, 05             |
@@ -80,14 +80,16 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04, 06-09, 11   |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-09              |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10              |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
 | pointer-generator with coverage (See et al. 2017), summary protocol  | apps.summarisation  | 08                 |
 | digit scenes with captions and boxes, a captioning-folder loader     | apps.scenes         | 09                 |
 | CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
-| the exercise-checking harness                                        | exercises           | 01-09, 11, 13      |
+| spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                 |
+| Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                 |
+| the exercise-checking harness                                        | exercises           | 01-11, 13          |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
@@ -97,6 +99,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: BLEU's modified precision and brevity penalty              | exercises.nb07      | 07                 |
 | checkers: the final distribution, a summary's coverage loss          | exercises.nb08      | 08                 |
 | checkers: attention over a grid, the doubly stochastic term          | exercises.nb09      | 09                 |
+| checkers: mel filterbank, pyramidal time reduction, monotonic share  | exercises.nb10      | 10                 |
 | checkers: attention entropy, top-k search                            | exercises.nb11      | 11                 |
 | checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |

@@ -18,6 +18,9 @@
   says, per word, whether the peak cell's centre lies inside the box of the object the word
   names ("pointing"); :func:`region_chance` is each box's share of the cell centres, the
   hit rate of a peak dropped on a random cell.
+- Over time (speech), attention should move forward: :func:`monotonic_share` is the share
+  of decoding steps whose peak frame does not move backwards, and
+  :func:`monotonic_chance` the same share for peaks dropped on random frames.
 
 Shapes follow the legend in :mod:`course_utils`.
 """
@@ -203,3 +206,53 @@ def region_chance(boxes: Sequence[Box], grid: int, image_size: tuple[int, int]) 
     inside_rows = (b[:, None, 0] <= rows) & (rows < b[:, None, 2])  # (N, G)
     inside_cols = (b[:, None, 1] <= cols) & (cols < b[:, None, 3])  # (N, G)
     return inside_rows.float().mean(dim=1) * inside_cols.float().mean(dim=1)
+
+
+# ---------------------------------------------------------------------------------------
+# Attention over time: does its peak move forward?
+# ---------------------------------------------------------------------------------------
+def monotonic_share(weights: torch.Tensor, steps: torch.Tensor) -> float:
+    """The share of decoding steps ``t >= 1`` whose most-attended frame is not before the
+    previous step's, over every example: ``weights`` (B, T, S), ``steps`` (B,) how many rows
+    of each example are real (at least 2 for it to count).
+
+    >>> w = torch.eye(3)[[0, 2, 1, 1]].unsqueeze(0)  # peaks at frames 0, 2, 1, 1
+    >>> monotonic_share(w, torch.tensor([4]))  # 0 -> 2 forward, 2 -> 1 back, 1 -> 1 stays
+    0.6666666666666666
+    """
+    check_tensor("weights", weights, dims=3)
+    check_tensor("steps", steps, dims=1)
+    if steps.shape[0] != weights.shape[0] or int(steps.max()) > weights.shape[1]:
+        raise ValueError(
+            f"steps must give each of the {weights.shape[0]} examples a count up to "
+            f"{weights.shape[1]}, got {steps.tolist()}"
+        )
+    peaks = weights.argmax(dim=-1)  # (B, T, S) -> (B, T)
+    forward = peaks[:, 1:] >= peaks[:, :-1]  # (B, T - 1)
+    counted = torch.arange(1, weights.shape[1])[None, :] < steps[:, None].cpu()  # (B, T - 1)
+    if not bool(counted.any()):
+        raise ValueError("no example has two decoding steps to compare")
+    return forward.cpu()[counted].double().mean().item()
+
+
+def monotonic_chance(frames: torch.Tensor, steps: torch.Tensor) -> float:
+    """What :func:`monotonic_share` gives when every peak is a uniformly random frame:
+    two independent peaks over ``S`` frames satisfy ``later >= earlier`` with probability
+    ``(S + 1) / (2 S)``, averaged over the counted steps. ``frames`` (B,) the frames each
+    example attends over, ``steps`` (B,) its decoding steps.
+
+    >>> monotonic_chance(torch.tensor([4]), torch.tensor([10]))
+    0.625
+    """
+    check_tensor("frames", frames, dims=1)
+    check_tensor("steps", steps, dims=1)
+    if frames.shape != steps.shape or int(frames.min()) < 1:
+        raise ValueError(
+            f"frames and steps must be (B,) with frames >= 1, got {tuple(frames.shape)}, "
+            f"{tuple(steps.shape)} and frames {frames.tolist()}"
+        )
+    pairs = (steps - 1).clamp(min=0).double()  # steps t >= 1 compare with t - 1
+    if float(pairs.sum()) == 0:
+        raise ValueError("no example has two decoding steps to compare")
+    per_step = (frames.double() + 1) / (2 * frames.double())
+    return float((per_step * pairs).sum() / pairs.sum())

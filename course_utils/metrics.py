@@ -1,4 +1,4 @@
-"""How good a model's outputs are: exact match, accuracy by input length, BLEU, ROUGE.
+"""How good a model's outputs are: exact match, accuracy by input length, BLEU, ROUGE, CER/WER.
 
 - :func:`exact_match` compares predicted and target ids up to their first ``<eos>``;
   :func:`accuracy_by_length` greedy-decodes a held-out split (any model that follows
@@ -8,6 +8,9 @@
 - Summaries: :func:`rouge` is the ``rouge-score`` package's ROUGE-1/2/L F1;
   :func:`oov_recall` counts the rare (out-of-vocabulary) reference words an output
   contains, and :func:`repeated_trigram_rate` how much an output repeats itself.
+- Transcripts: :func:`edit_distance` counts the fewest substitutions, insertions and
+  deletions; :func:`error_rate` is ``jiwer``'s character or word error rate (CER, WER), the
+  summed distances over the summed reference lengths.
 
 How well attention lines up with gold alignments is :mod:`course_utils.alignment`'s job.
 Shapes follow the legend in :mod:`course_utils`.
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+import jiwer
 import sacrebleu
 import torch
 import torch.nn.functional as F
@@ -268,3 +272,42 @@ def repeated_trigram_rate(
         repeated += sum(max(0, c - max(1, free[g])) for g, c in grams.items())
         total += sum(grams.values())
     return repeated / total if total else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# Character and word error rates (notebook 10)
+# ---------------------------------------------------------------------------------------
+def edit_distance(hypothesis: Sequence, reference: Sequence) -> int:
+    """Levenshtein distance: the fewest substitutions, insertions and deletions that turn
+    ``hypothesis`` into ``reference`` (strings compare characters, lists compare items).
+
+    >>> edit_distance("tow five", "two five"), edit_distance(["two", "nine"], ["two", "five", "nine"])
+    (2, 1)
+    """
+    for name, x in (("hypothesis", hypothesis), ("reference", reference)):
+        if not isinstance(x, Sequence):
+            raise TypeError(f"{name} must be a string or a list, got {type(x).__name__}")
+    previous = list(range(len(reference) + 1))  # distances from the empty hypothesis
+    for i, h in enumerate(hypothesis, start=1):
+        current = [i]
+        for j, r in enumerate(reference, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (h != r)))
+        previous = current
+    return previous[-1]
+
+
+def error_rate(hypotheses: Sequence[str], references: Sequence[str], unit: str = "char") -> float:
+    """``jiwer``'s CER (``unit="char"``) or WER (``unit="word"``): the summed edit distances
+    over the summed reference lengths, in characters or in words; 0 is perfect and it can
+    exceed 1. An empty hypothesis counts every reference unit as deleted.
+
+    >>> error_rate(["tow five"], ["two five"]), error_rate(["two nine"], ["two five nine"], "word")
+    (0.25, 0.3333333333333333)
+    """
+    hypotheses, references = _check_pairs(hypotheses, references, "utterance")
+    if unit not in ("char", "word"):
+        raise ValueError(f"unit must be 'char' or 'word', got {unit!r}")
+    if any(not r.strip() for r in references):
+        raise ValueError("references must not be empty or blank (an error rate divides by them)")
+    measure = jiwer.cer if unit == "char" else jiwer.wer
+    return float(measure(references, hypotheses))

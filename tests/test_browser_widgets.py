@@ -51,6 +51,7 @@ WIDGET_NOTEBOOKS = [
     "07_machine_translation.ipynb",
     "08_summarisation.ipynb",
     "09_image_captioning.ipynb",
+    "10_speech_recognition.ipynb",
     "11_visualising_attention.ipynb",
     "13_efficient_attention.ipynb",
 ]
