@@ -87,6 +87,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | pointer-generator with coverage (See et al. 2017), summary protocol  | apps.summarisation  | 08                 |
 | digit scenes with captions and boxes, a captioning-folder loader     | apps.scenes         | 09                 |
 | CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
+| bAbI-like stories with supporting facts, split-disjoint, as ids      | apps.stories        | 14                 |
+| key-value memory read, associative recall, end-to-end memory network | apps.memory         | 14                 |
 | the exercise-checking harness                                        | exercises           | 01-09, 11, 13      |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
