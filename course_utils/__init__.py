@@ -80,7 +80,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04, 06-09, 11   |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-09              |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-09, 14          |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
@@ -89,7 +89,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
 | bAbI-like stories with supporting facts, split-disjoint, as ids      | apps.stories        | 14                 |
 | key-value memory read, associative recall, end-to-end memory network | apps.memory         | 14                 |
-| the exercise-checking harness                                        | exercises           | 01-09, 11, 13      |
+| the exercise-checking harness                                        | exercises           | 01-09, 11, 13, 14  |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
@@ -101,6 +101,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: attention over a grid, the doubly stochastic term          | exercises.nb09      | 09                 |
 | checkers: attention entropy, top-k search                            | exercises.nb11      | 11                 |
 | checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
+| checkers: key-value read, a memory-network hop, a rule-based reader   | exercises.nb14      | 14                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
 """
 

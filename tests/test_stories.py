@@ -89,3 +89,18 @@ def test_bad_input_is_named():
         make_stories(2.0)
     with pytest.raises(ValueError, match="max_sentences"):
         StoryData(make_stories(3, n_sentences=(8, 8)), story_vocab(), max_sentences=5)
+
+
+def test_all_questions_covers_every_located_person_and_held_object():
+    for story in make_stories(100, "train", seed=7):
+        where, holds = replay(story.sentences)
+        questions = stories.all_questions(story.sentences)
+        assert {q[0][-1] for q in questions} == set(where) | set(holds)
+        for question, answer, supporting, kind in questions:
+            name = question[-1]
+            if kind == "one-fact":
+                assert (answer, supporting) == (where[name][0], (where[name][1],))
+            else:
+                person, pick = holds[name]
+                assert (answer, supporting) == (where[person][0], (pick, where[person][1]))
+        assert (story.question, story.answer, story.supporting, story.kind) in questions

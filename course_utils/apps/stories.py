@@ -96,8 +96,13 @@ def _events(rng: random.Random, n_sentences: int) -> list[list[str]]:
     return sentences
 
 
-def _question(rng: random.Random, sentences: list[list[str]], kind: str) -> tuple | None:
-    """(question, answer, supporting) of ``kind`` about the story's end, or None if none fits."""
+def all_questions(sentences: list[list[str]]) -> list[tuple]:
+    """Every question the end of a story can answer: ``(question, answer, supporting, kind)``
+    for each person who has moved (one-fact) and each object someone holds (two-fact).
+
+    >>> all_questions([["mary", "went", "to", "the", "garden"], ["mary", "picked", "up", "the", "key"]])
+    [(['where', 'is', 'mary'], 'garden', (0,), 'one-fact'), (['where', 'is', 'the', 'key'], 'garden', (1, 0), 'two-fact')]
+    """
     last_move: dict[str, int] = {}
     last_pickup: dict[str, int] = {}
     holder: dict[str, str] = {}
@@ -108,17 +113,22 @@ def _question(rng: random.Random, sentences: list[list[str]], kind: str) -> tupl
             holder[s[4]], last_pickup[s[4]] = s[0], i
         else:  # dropped
             del holder[s[3]]
-    if kind == "one-fact":
-        if not last_move:
-            return None
-        person = rng.choice(sorted(last_move))
-        i = last_move[person]
-        return ["where", "is", person], sentences[i][4], (i,)
-    if not holder:
-        return None
-    obj = rng.choice(sorted(holder))
-    move = last_move[holder[obj]]  # a holder picked the object up in a room, so has moved
-    return ["where", "is", "the", obj], sentences[move][4], (last_pickup[obj], move)
+    out = [
+        (["where", "is", p], sentences[i][4], (i,), "one-fact")
+        for p, i in sorted(last_move.items())
+    ]
+    for obj, person in sorted(holder.items()):
+        move = last_move[person]  # a holder picked the object up in a room, so has moved
+        out.append(
+            (["where", "is", "the", obj], sentences[move][4], (last_pickup[obj], move), "two-fact")
+        )
+    return out
+
+
+def _question(rng: random.Random, sentences: list[list[str]], kind: str) -> tuple | None:
+    """(question, answer, supporting) of ``kind`` about the story's end, or None if none fits."""
+    fitting = [q[:3] for q in all_questions(sentences) if q[3] == kind]
+    return rng.choice(fitting) if fitting else None
 
 
 def make_stories(
