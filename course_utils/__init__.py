@@ -63,7 +63,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets                               | targets             | 01, 03-09, 13      |
+| a notebook's asserted learning targets                               | targets             | 01, 03-09, 13, 14  |
 | greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-09      |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, repeats    | metrics             | 01, 03, 06-08      |
 | attention against gold alignments: accuracy, AER, baselines, boxes   | alignment           | 03, 07, 09         |
@@ -78,7 +78,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
 | head scores, attention rollout, linear probes of hidden states       | interpret           | 01, 04, 11         |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
-| every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04, 06-09, 11   |
+| every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04,06-09,11,14  |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
 | the applications: make_splits, build_model(attention), evaluate      | apps                | 07-09, 14          |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
