@@ -1,7 +1,7 @@
 """The course's applications, one module each: its data, any model of its own, and a protocol.
 
-Every application module (today ``translation`` and ``captioning``; summarisation, speech,
-memory and VQA follow) offers the same three functions, so notebook 12 can loop over all of them and
+Every application module (today ``translation``, ``summarisation``, ``captioning`` and ``memory``;
+speech and VQA follow) offers the same three functions, so notebook 12 can loop over all of them and
 compare a model with attention against one without on equal terms:
 
 * ``make_splits(...) -> {"train", "val", "test"}``: seeded data whose splits never overlap;
