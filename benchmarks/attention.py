@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +47,7 @@ from course_utils.measure import peak_extra_memory
 WINDOW = 256  # sliding-window attention: each query sees keys within 256 positions
 METHODS = ("sdpa", "naive", "tiled", "linear", "sliding")
 FULL_SIZES = (256, 512, 1024, 2048, 4096, 8192, 16384)
-QUICK_SIZES = (256, 1024, 2048)
+QUICK_SIZES = (1024, 2048)
 BLAS_ENV = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -233,13 +234,20 @@ def sweep(args, device: torch.device) -> list[dict]:
                     },
                     "extra_mib": {},
                 }
-                if not args.no_memory and (causal == args.causal[0]):
-                    for m in methods:
-                        spec = dict(method=m, B=B, H=H, N=N, D=D, causal=causal)
-                        spec.update(backward=backward, device=device.type, threads=args.threads)
-                        got = measure_memory(spec)
-                        if got is not None:
-                            row["extra_mib"][m] = got["extra_bytes"] / 2**20
+                # memory once per (mode, N), not causal too; --quick: at the largest N only
+                memory_here = not args.no_memory and causal == args.causal[0]
+                if memory_here and (not args.quick or N == max(sizes)):
+                    specs = [
+                        dict(method=m, B=B, H=H, N=N, D=D, causal=causal, backward=backward)
+                        | dict(device=device.type, threads=args.threads)
+                        for m in methods
+                    ]
+                    # each call in its own process, a few at once (memory is read per
+                    # process, so they do not disturb each other; no timing runs meanwhile)
+                    with ThreadPoolExecutor(args.memory_jobs) as pool:
+                        for m, got in zip(methods, pool.map(measure_memory, specs), strict=True):
+                            if got is not None:
+                                row["extra_mib"][m] = got["extra_bytes"] / 2**20
                 row["wall_seconds"] = time.perf_counter() - start
                 rows.append(row)
                 print_row(row)
@@ -299,7 +307,11 @@ def block_size_sweep(args, device):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="reduced sweep (N up to 2048)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="reduced sweep: N 1024 and 2048, memory at the largest N of each mode",
+    )
     p.add_argument("--sizes", type=int, nargs="+", help="sequence lengths N")
     p.add_argument("--batch", type=int, help="B (default: 2 up to N=4096, then 1)")
     p.add_argument("--heads", type=int, default=8)
@@ -315,6 +327,9 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    p.add_argument(
+        "--memory-jobs", type=int, default=os.cpu_count() or 1, help="memory processes at once"
+    )
     p.add_argument("--json", help="write results and environment to this file")
     p.add_argument("--block-sizes", action="store_true", help="only time tiled block sizes")
     p.add_argument("--block-n", type=int, default=4096)

@@ -117,6 +117,31 @@ def test_tiled_fully_masked_query_gives_zeros_and_finite_gradients():
     assert torch.allclose(out[others], expected[others], atol=1e-5)
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_tiled_rows_empty_in_early_tiles_equal_sdpa(is_causal):
+    """Rows that see nothing in their first tiles, only later: the merge must not start
+    from a NaN or from a made-up zero log-sum-exp."""
+    q, k, v = _qkv((2,), 12, 12, 4, 3, seed=9, requires_grad=True)
+    mask = torch.zeros(12, 12, dtype=torch.bool)
+    mask[:, 8:] = True  # every query sees only keys 8-11 (the third tile of 4)
+    mask[5, 4:6] = True  # query 5 also sees two keys of the second tile
+    mask = mask | torch.eye(12, dtype=torch.bool)  # and each its own key, so causal rows keep one
+    out = eff.tiled_attention(q, k, v, is_causal=is_causal, block_size=4, mask=mask)
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask & causal if is_causal else mask)
+    assert torch.allclose(out, ref, atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(
+            eff.tiled_attention(q, k, v, is_causal=is_causal, block_size=4, mask=mask),
+            ref,
+            atol=1e-5,
+        )
+    got = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for a, b in zip(got, expected, strict=True):
+        assert torch.allclose(a, b, atol=1e-4)
+
+
 def test_tiled_skips_tiles_above_the_diagonal():
     """Queries 0-9 (tile rows 0 and 1) never touch key tiles 2 and 3 (keys 10-19)."""
     q, k, v = _qkv((1,), 20, 20, 4, 4, seed=8)
@@ -158,6 +183,19 @@ def test_linear_attention_equals_its_quadratic_form(N, chunk, is_causal):
     expected = _linear_quadratic_form(q, k, v, is_causal)
     assert got.shape == (2, 3, N, 5)
     assert torch.allclose(got.double(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_linear_attention_gradients_equal_its_quadratic_form(is_causal):
+    q, k, v = _qkv((2,), 19, 19, 4, 3, seed=11, requires_grad=True)
+    out = eff.linear_attention(q, k, v, is_causal=is_causal, chunk_size=5)
+    w = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
+    w = w.tril() if is_causal else w
+    ref = (w / w.sum(-1, keepdim=True)) @ v
+    got = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for a, b in zip(got, expected, strict=True):
+        assert torch.allclose(a, b, atol=1e-4)
 
 
 def test_linear_attention_non_causal_allows_different_lengths_and_is_causal_really_causal():

