@@ -78,6 +78,9 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
 | head scores, attention rollout, linear probes of hidden states       | interpret           | 01, 04, 11         |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
+| a fixed character vocabulary, the stdlib's source as text, bigrams  | text                | 17                 |
+| decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models | language_model      | 17                 |
+| temperature, top-k, top-p (nucleus); generating with a KV cache     | sampling            | 17                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04, 06-09, 11   |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
 | the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10              |
