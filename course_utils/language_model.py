@@ -288,7 +288,10 @@ class DecoderLM(nn.Module):
         if c.position == "learned":
             self.pos = nn.Parameter(torch.zeros(c.max_len, c.d_model))
         elif c.position == "sinusoidal":
-            self.register_buffer("pos", sinusoidal_encoding(c.max_len, c.d_model), persistent=False)
+            # scaled to the size of the token embeddings at initialisation (std 0.02): at
+            # full size (entries of +-1) the positions drown the tokens after the first norm
+            pos = 0.02 * math.sqrt(2) * sinusoidal_encoding(c.max_len, c.d_model)
+            self.register_buffer("pos", pos, persistent=False)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.num_layers))
         self.norm = nn.LayerNorm(c.d_model)
         for name, p in self.named_parameters():  # GPT-2's initialisation

@@ -119,35 +119,59 @@ class LMBatch:
 
 
 def random_windows(
-    ids: torch.Tensor, batch_size: int, length: int, generator: torch.Generator
+    ids: torch.Tensor,
+    batch_size: int,
+    length: int,
+    generator: torch.Generator,
+    start_token: int | None = None,
 ) -> LMBatch:
     """``batch_size`` windows of ``length`` characters at random offsets of ``ids`` (1-D).
+
+    With ``start_token``, every window begins with that id, followed by ``length - 1``
+    characters of text (a start-of-text token, as many language models have).
 
     >>> ids = torch.arange(10)
     >>> b = random_windows(ids, 2, 3, torch.Generator().manual_seed(0))
     >>> bool((b.y == b.x + 1).all())  # the target is the next character
     True
+    >>> random_windows(ids, 1, 3, torch.Generator().manual_seed(0), start_token=0).x[:, 0]
+    tensor([0])
     """
     check_tensor("ids", ids, dims=1)
     check_positive("batch_size", batch_size)
     check_positive("length", length)
     if len(ids) < length + 1:
         raise ValueError(f"ids has {len(ids)} characters, fewer than length + 1 = {length + 1}")
-    starts = torch.randint(0, len(ids) - length, (batch_size,), generator=generator)
-    offsets = starts[:, None] + torch.arange(length + 1)  # (B, L + 1)
-    windows = ids[offsets]
+    text = length if start_token is None else length - 1  # characters of text per window
+    starts = torch.randint(0, len(ids) - text, (batch_size,), generator=generator)
+    windows = ids[starts[:, None] + torch.arange(text + 1)]  # (B, text + 1)
+    windows = _with_start(windows, start_token)  # (B, L + 1)
     return LMBatch(windows[:, :-1], windows[:, 1:])
 
 
-def evenly_spaced_windows(ids: torch.Tensor, count: int, length: int) -> torch.Tensor:
-    """``(count, length + 1)`` windows spread evenly over ``ids``: a fixed evaluation set."""
+def _with_start(windows: torch.Tensor, start_token: int | None) -> torch.Tensor:
+    if start_token is None:
+        return windows
+    if isinstance(start_token, bool) or not isinstance(start_token, int) or start_token < 0:
+        raise ValueError(f"start_token must be an id >= 0, got {start_token!r}")
+    return torch.cat([torch.full_like(windows[:, :1], start_token), windows], dim=1)
+
+
+def evenly_spaced_windows(
+    ids: torch.Tensor, count: int, length: int, start_token: int | None = None
+) -> torch.Tensor:
+    """``(count, length + 1)`` windows spread evenly over ``ids``: a fixed evaluation set.
+
+    With ``start_token`` each window is that id followed by ``length`` characters.
+    """
     check_tensor("ids", ids, dims=1)
     check_positive("count", count)
     check_positive("length", length)
+    text = length if start_token is None else length - 1
     if len(ids) < length + 1:
         raise ValueError(f"ids has {len(ids)} characters, fewer than length + 1 = {length + 1}")
-    starts = torch.linspace(0, len(ids) - length - 1, count).long()
-    return ids[starts[:, None] + torch.arange(length + 1)]
+    starts = torch.linspace(0, len(ids) - text - 1, count).long()
+    return _with_start(ids[starts[:, None] + torch.arange(text + 1)], start_token)
 
 
 def bigram_log_probs(ids: torch.Tensor, vocab_size: int, smoothing: float = 1.0) -> torch.Tensor:

@@ -1,15 +1,17 @@
 """Train the character language models of notebook 17 and store them small in data/lm/.
 
-    python scripts/train_language_models.py             # all six models, about 20 min on 1 thread
+    python scripts/train_language_models.py             # all seven models, about 20 min on 1 thread
     python scripts/train_language_models.py --only rope # one of them
 
-Six models of the same shape (2 layers, d_model 128, 4 query heads, d_ff 384) are trained
+Seven models of the same shape (2 layers, d_model 128, 4 query heads, d_ff 384) are trained
 on the same budget (the same steps, batches and learning-rate schedule) on windows of 128
 characters of the Python standard library's source (``course_utils.text.stdlib_text``):
 
 - ``rope``, ``rope-kv2``, ``rope-kv1``: rotary positions with 4, 2 and 1 key/value heads
   (multi-head, grouped-query and multi-query attention);
-- ``sinusoidal``, ``learned``, ``alibi``: the other position encodings, for extrapolation.
+- ``sinusoidal``, ``learned``, ``alibi``: the other position encodings, for extrapolation;
+- ``rope-start``: ``rope`` again, but every training window starts with a start token (id
+  0), the one position every query sees in every window: where attention sinks form.
 
 Everything random comes from ``--seed`` (initial weights, then the training windows), and
 torch runs on ``--threads`` threads, so a rerun on the same machine and versions gives the
@@ -49,7 +51,9 @@ MODELS = {
     "sinusoidal": dict(position="sinusoidal"),
     "learned": dict(position="learned"),
     "alibi": dict(position="alibi"),
+    "rope-start": dict(position="rope"),
 }
+START_TOKEN = {"rope-start": 0}  # models whose windows begin with a start token (the unknown id)
 SHAPE = dict(d_model=128, num_heads=4, num_layers=2, d_ff=384, max_len=512)
 TRAIN_LEN, BATCH_SIZE, LR, WARMUP = 128, 32, 3e-3, 50
 
@@ -65,11 +69,12 @@ def lr_factor(step: int, steps: int) -> float:
 def train_one(
     name: str,
     train_ids: torch.Tensor,
-    val_windows: torch.Tensor,
+    val_ids: torch.Tensor,
     vocab: CharVocab,
     steps: int,
     seed: int,
 ) -> dict:
+    val_windows = evenly_spaced_windows(val_ids, 64, TRAIN_LEN, START_TOKEN.get(name))
     torch.manual_seed(seed)
     model = DecoderLM(LMConfig(vocab_size=len(vocab), **SHAPE, **MODELS[name]))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
@@ -78,7 +83,8 @@ def train_one(
     start, running, count = time.perf_counter(), 0.0, 0
     for step in range(1, steps + 1):
         model.train()
-        loss = lm_loss(model, random_windows(train_ids, BATCH_SIZE, TRAIN_LEN, batches))
+        batch = random_windows(train_ids, BATCH_SIZE, TRAIN_LEN, batches, START_TOKEN.get(name))
+        loss = lm_loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -116,14 +122,14 @@ def main() -> None:
     vocab = CharVocab()
     text = stdlib_text()
     train_ids = vocab.encode(text.train)
-    val_windows = evenly_spaced_windows(vocab.encode(text.val), 64, TRAIN_LEN)
+    val_ids = vocab.encode(text.val)
     print(
         f"Python {platform.python_version()} standard library: {len(train_ids):,} training and "
         f"{len(text.val):,} validation characters; torch {torch.__version__}, "
         f"{args.threads} thread(s), seed {args.seed}, {args.steps} steps per model"
     )
     for name in args.only or MODELS:
-        run = train_one(name, train_ids, val_windows, vocab, args.steps, args.seed)
+        run = train_one(name, train_ids, val_ids, vocab, args.steps, args.seed)
         save_lm(
             run["model"],
             args.out / f"{name}.pt",
@@ -134,9 +140,10 @@ def main() -> None:
             seed=args.seed,
             threads=args.threads,
             train_len=TRAIN_LEN,
+            start_token=START_TOKEN.get(name),
             batch_size=BATCH_SIZE,
             python=platform.python_version(),
-            torch=torch.__version__,
+            torch=str(torch.__version__),
         )
         size = (args.out / f"{name}.pt").stat().st_size
         print(

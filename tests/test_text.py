@@ -68,3 +68,18 @@ def test_bigram_table_equals_counting_by_hand():
     assert torch.allclose(smoothed[1].exp(), torch.tensor([1 / 6, 2 / 6, 3 / 6]))
     with pytest.raises(ValueError, match="outside vocab_size"):
         bigram_log_probs(ids, 2)
+
+
+def test_windows_with_a_start_token_begin_with_it_and_keep_the_text_after():
+    ids = torch.arange(5, 105)
+    batch = random_windows(ids, 4, 6, torch.Generator().manual_seed(1), start_token=0)
+    assert (batch.x[:, 0] == 0).all() and torch.equal(batch.y[:, 1:], batch.x[:, 1:] + 1)
+    assert torch.equal(batch.y[:, 0], batch.x[:, 1])  # after the start token: the first character
+    fixed = evenly_spaced_windows(ids, 3, 8, start_token=0)
+    assert (
+        fixed.shape == (3, 9)
+        and (fixed[:, 0] == 0).all()
+        and fixed[0, 1:].tolist() == list(range(5, 13))
+    )
+    with pytest.raises(ValueError, match="start_token must be an id"):
+        random_windows(ids, 1, 4, torch.Generator(), start_token=-1)
