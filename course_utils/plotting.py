@@ -50,12 +50,14 @@ def plot_attention(
     annot: bool | None = None,
     vmax: float | None = 1.0,
     cmap: str = "rocket_r",
+    colorbar_label: str = "attention weight",
 ) -> Figure:
     """A heatmap of one ``(Lq, Lk)`` attention matrix with token labels on both axes.
 
     Row i shows where query i looks: its weights over the keys (columns). ``annot`` writes
     the numbers in the cells (by default when the matrix is at most 8 x 8). ``vmax=1``
-    keeps colours comparable between plots; pass ``None`` to stretch to the data.
+    keeps colours comparable between plots; pass ``None`` to stretch to the data. Rows of
+    other distributions (a model's next-token probabilities) take another ``colorbar_label``.
     """
     w = to_numpy(weights)
     if w.ndim != 2:
@@ -81,7 +83,7 @@ def plot_attention(
     ax.set_xticks(np.arange(Lk) + 0.5, list(x_labels) if x_labels is not None else range(Lk))
     ax.set_yticks(np.arange(Lq) + 0.5, list(y_labels) if y_labels is not None else range(Lq))
     ax.tick_params(length=0)
-    fig.colorbar(mesh, ax=ax, label="attention weight", shrink=0.8)  # sets mesh.colorbar
+    fig.colorbar(mesh, ax=ax, label=colorbar_label, shrink=0.8)  # sets mesh.colorbar
     if annot:
         colours = mesh.cmap(mesh.norm(w))  # (Lq, Lk, 4) RGBA of each cell
         luminance = colours[..., :3] @ np.array([0.2126, 0.7152, 0.0722])  # (Lq, Lk)

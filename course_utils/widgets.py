@@ -23,6 +23,7 @@ def heatmap_explorer(
     xlabel: str = "key position",
     ylabel: str = "query position",
     vmax: float | None = 1.0,
+    colorbar_label: str = "attention weight",
     **controls,
 ) -> widgets.interactive:
     """An ``ipywidgets.interactive`` that redraws ``compute(**values)`` as a heatmap.
@@ -31,7 +32,8 @@ def heatmap_explorer(
     ``(Lq, Lk)`` weight matrix, or a tuple ``(weights, x_labels, y_labels)`` when the labels
     change with the controls. ``controls`` are ipywidgets controls or the abbreviations
     ``interactive`` accepts (``(0.1, 5.0, 0.1)`` for a float slider, a list for a dropdown).
-    ``title`` may be a function of the same values.
+    ``title`` may be a function of the same values; ``colorbar_label`` names what the
+    colours measure.
 
     The returned object's ``.result`` holds the last weights as a NumPy array, so a test (or
     a learner) can set ``explorer.children[i].value`` and read what was drawn::
@@ -51,7 +53,16 @@ def heatmap_explorer(
             out, xl, yl = out
         weights = to_numpy(out)
         text = title(**values) if callable(title) else title
-        fig = plot_attention(weights, xl, yl, title=text, xlabel=xlabel, ylabel=ylabel, vmax=vmax)
+        fig = plot_attention(
+            weights,
+            xl,
+            yl,
+            title=text,
+            xlabel=xlabel,
+            ylabel=ylabel,
+            vmax=vmax,
+            colorbar_label=colorbar_label,
+        )
         display(fig)
         plt.close(fig)  # shown once in the widget's output, never again at the cell's end
         return weights

@@ -11,9 +11,10 @@ multi-head self-attention, previous-token score), ``nb05`` (sinusoidal encoding,
 rotation, rotary positions), ``nb06`` (feed-forward block, label smoothing, Noam rate),
 ``nb07`` (BLEU's modified precision and brevity penalty), ``nb08`` (the pointer-generator's
 final distribution, a summary's coverage loss), ``nb09`` (gated read over an image grid,
-the doubly stochastic term, peak in a box), ``nb11`` (attention entropy, top-k
-search), ``nb13`` (online softmax, dilated window mask) and ``nb14`` (a sharp key-value
-read, a memory-network hop, a two-step reader of stories). ``student`` writes the copies of
+the doubly stochastic term, peak in a box), ``nb10`` (mel filterbank, pyramidal time
+reduction, monotonic share), ``nb11`` (attention entropy, top-k search), ``nb13`` (online softmax, dilated window mask), ``nb14`` (a sharp key-value
+read, a memory-network hop, a two-step reader of stories) and ``nb17`` (min-p filter,
+windowed causal mask, one cached attention step). ``student`` writes the copies of
 the notebooks without solutions.
 
 >>> check_function(abs, lambda x: x if x >= 0 else -x, [(-2,), (3,)], name="abs")
