@@ -89,7 +89,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
 | spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                 |
 | Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                 |
-| questions about digit scenes: answers, supporting boxes, held out   | apps.questions      | 15                 |
+| questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                 |
+| VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
 | the exercise-checking harness                                        | exercises           | 01-11, 13          |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |

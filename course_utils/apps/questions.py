@@ -142,14 +142,17 @@ def ask(scene: Scene, rng: np.random.Generator, n: int = 1) -> list[Question]:
 @dataclass
 class VQABatch:
     """``images`` (B, 1, H, W); ``questions`` (B, L) word ids padded with ``<pad>``;
-    ``answers`` (B,) indices into :data:`ANSWERS`."""
+    ``answers`` (B,) indices into :data:`ANSWERS`; ``features`` (B, P, C) the images' CNN
+    features when the data holds them (:meth:`VQAData.encode`), else None."""
 
     images: torch.Tensor
     questions: torch.Tensor
     answers: torch.Tensor
+    features: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> VQABatch:
-        return VQABatch(*(t.to(device) for t in (self.images, self.questions, self.answers)))
+        moved = [None if t is None else t.to(device) for t in self.__dict__.values()]
+        return VQABatch(*moved)
 
 
 class VQAData:
@@ -169,26 +172,43 @@ class VQAData:
         self.images = torch.stack([s.image for s in self.scenes])[:, None]  # (N, 1, H, W)
         self.ids = [self.vocab.encode(q.words) for q in self.questions]
         self.answers = torch.tensor([ANSWERS.index(q.answer) for q in self.questions])
+        self.features: torch.Tensor | None = None  # (N_scenes, P, C) once encoded
+
+    @torch.no_grad()
+    def encode(self, encoder: torch.nn.Module, batch_size: int = 500) -> VQAData:
+        """Store every scene's features from ``encoder`` (images (B, 1, H, W) -> (B, P, C)),
+        run once in eval mode: a frozen encoder need not run again at every training step."""
+        was_training, device = encoder.training, next(encoder.parameters()).device
+        encoder.eval()
+        parts = [encoder(self.images[i : i + batch_size].to(device)).cpu()
+                 for i in range(0, len(self.scenes), batch_size)]  # fmt: skip
+        encoder.train(was_training)
+        self.features = torch.cat(parts)
+        return self
 
     def __len__(self) -> int:
         return len(self.questions)
 
     def batch(self, indices: list[int]) -> VQABatch:
         """The questions at ``indices`` with their scenes' images, as one :class:`VQABatch`."""
+        scenes = [self.scene_of[i] for i in indices]
         return VQABatch(
-            self.images[[self.scene_of[i] for i in indices]],
+            self.images[scenes],
             pad_sequences([self.ids[i] for i in indices], self.vocab.pad_id),
             self.answers[indices],
+            None if self.features is None else self.features[scenes],
         )
 
     def select(self, indices: list[int]) -> VQAData:
         """The questions at ``indices`` (e.g. one template's), with the scenes they need."""
-        return VQAData(
+        part = VQAData(
             self.scenes,
             [self.questions[i] for i in indices],
             [self.scene_of[i] for i in indices],
             self.split,
         )
+        part.features = self.features
+        return part
 
 
 def make_questions(n: int, split: str = "train", seed: int = 0, per_scene: int = 2) -> VQAData:
