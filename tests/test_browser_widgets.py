@@ -54,6 +54,7 @@ WIDGET_NOTEBOOKS = [
     "10_speech_recognition.ipynb",
     "11_visualising_attention.ipynb",
     "13_efficient_attention.ipynb",
+    "15_multimodal_attention.ipynb",
 ]
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

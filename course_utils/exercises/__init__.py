@@ -12,7 +12,8 @@ rotation, rotary positions), ``nb06`` (feed-forward block, label smoothing, Noam
 ``nb07`` (BLEU's modified precision and brevity penalty), ``nb08`` (the pointer-generator's
 final distribution, a summary's coverage loss), ``nb09`` (gated read over an image grid,
 the doubly stochastic term, peak in a box), ``nb11`` (attention entropy, top-k
-search) and ``nb13`` (online softmax, dilated window mask). ``student`` writes the copies of
+search), ``nb13`` (online softmax, dilated window mask) and ``nb15`` (stacked glimpses,
+the digit left of another, a peak in any box). ``student`` writes the copies of
 the notebooks without solutions.
 
 >>> check_function(abs, lambda x: x if x >= 0 else -x, [(-2,), (3,)], name="abs")
