@@ -1,11 +1,11 @@
 """Notebook 15's hand-written question reader, stacked glimpses, co-attention block and whole
-VQA model equal course_utils.apps.vqa."""
+VQA model equal course_utils.apps.vqa; its CLIP loss equals course_utils.apps.contrastive's."""
 
 import pytest
 import torch
 from torch import nn
 
-from course_utils.apps import vqa
+from course_utils.apps import contrastive, vqa
 from course_utils.apps.captioning import ConvEncoder, spatial_attend
 from course_utils.apps.questions import make_questions, question_vocab
 from course_utils.attention import AdditiveScore, MultiHeadAttention
@@ -13,7 +13,7 @@ from course_utils.attention import AdditiveScore, MultiHeadAttention
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "15_multimodal_attention.ipynb"
-MARKED = {"QuestionReader", "stacked_attention", "CoAttentionBlock", "VQANet"}
+MARKED = {"QuestionReader", "stacked_attention", "CoAttentionBlock", "VQANet", "clip_loss"}
 SIZES = dict(channels=16, d_model=12, emb_dim=6, attn_dim=10, num_heads=3)
 
 
@@ -94,3 +94,12 @@ def test_vqa_net_equals_the_library_model(nb, data, kind, glimpses):
         assert weights is None and expected_weights is None
     else:
         torch.testing.assert_close(weights, expected_weights)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_clip_loss_equals_library(nb, seed):
+    g = torch.Generator().manual_seed(seed)
+    B, D, t = 2 + 5 * seed, 3 + seed, (0.07, 0.5, 2.0)[seed]
+    x = nn.functional.normalize(torch.randn(B, D, generator=g), dim=-1)
+    y = nn.functional.normalize(torch.randn(B, D, generator=g), dim=-1)
+    torch.testing.assert_close(nb["clip_loss"](x, y, t), contrastive.clip_loss(x, y, t))
