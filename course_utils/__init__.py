@@ -63,7 +63,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets                               | targets             | 01,03-10,13,14,17  |
+| a notebook's asserted learning targets                               | targets             | 01,03-10,13-15,17  |
 | greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-10      |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
 | attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |
@@ -83,7 +83,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04,06-09,11,14  |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14          |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14, 15      |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
@@ -94,7 +94,10 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                 |
 | bAbI-like stories with supporting facts, split-disjoint, as ids      | apps.stories        | 14                 |
 | key-value memory read, associative recall, end-to-end memory network | apps.memory         | 14                 |
-| the exercise-checking harness                                        | exercises           | 01-11, 13, 14, 17  |
+| questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                 |
+| VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
+| a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
+| the exercise-checking harness                                        | exercises           | 01-11, 13-15, 17   |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
@@ -108,6 +111,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: attention entropy, top-k search                            | exercises.nb11      | 11                 |
 | checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
 | checkers: key-value read, a memory-network hop, a rule-based reader  | exercises.nb14      | 14                 |
+| checkers: stacked glimpses, left of a digit, peak in any box         | exercises.nb15      | 15                 |
 | checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
 """

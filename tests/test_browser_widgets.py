@@ -55,6 +55,7 @@ WIDGET_NOTEBOOKS = [
     "11_visualising_attention.ipynb",
     "13_efficient_attention.ipynb",
     "14_attention_as_memory.ipynb",
+    "15_multimodal_attention.ipynb",
     "17_language_models.ipynb",
 ]
 

@@ -12,9 +12,11 @@ rotation, rotary positions), ``nb06`` (feed-forward block, label smoothing, Noam
 ``nb07`` (BLEU's modified precision and brevity penalty), ``nb08`` (the pointer-generator's
 final distribution, a summary's coverage loss), ``nb09`` (gated read over an image grid,
 the doubly stochastic term, peak in a box), ``nb10`` (mel filterbank, pyramidal time
-reduction, monotonic share), ``nb11`` (attention entropy, top-k search), ``nb13`` (online softmax, dilated window mask), ``nb14`` (a sharp key-value
-read, a memory-network hop, a two-step reader of stories) and ``nb17`` (min-p filter,
-windowed causal mask, one cached attention step). ``student`` writes the copies of
+reduction, monotonic share), ``nb11`` (attention entropy, top-k search), ``nb13`` (online
+softmax, dilated window mask), ``nb14`` (a sharp key-value read, a memory-network hop, a
+two-step reader of stories), ``nb15`` (stacked glimpses, the digit left of another, a peak
+in any box) and ``nb17`` (min-p filter, windowed causal mask, one cached attention step).
+``student`` writes the copies of
 the notebooks without solutions.
 
 >>> check_function(abs, lambda x: x if x >= 0 else -x, [(-2,), (3,)], name="abs")
