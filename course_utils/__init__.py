@@ -81,7 +81,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                 |
 | decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                 |
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                 |
-| every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | 00-04,06-09,11,14  |
+| every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | all but 05, 10, 13 |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
 | the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14, 15      |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
