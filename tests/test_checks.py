@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02
+from course_utils.exercises import nb01, nb02, nb14
 
 
 def test_reference_solutions_pass(capsys):
@@ -72,6 +72,25 @@ def _nadaraya_watson(x_query, x_train, y_train, bandwidth):
     return weights @ y_train, weights
 
 
+# notebook 14's exercises
+def _read(query, keys, values, beta):
+    weights = torch.softmax(beta * keys @ query, 0)
+    return weights @ values, weights
+
+
+def _hop(u, addresses, contents, mask):
+    scores = torch.einsum("bme,be->bm", addresses, u).masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, -1)
+    return u + torch.einsum("bm,bme->be", weights, contents), weights
+
+
+def _rule(sentences, question):
+    target = question[-1]
+    if question[2] == "the":  # an object: who picked it up last, then where they went last
+        target = next(s[0] for s in reversed(sentences) if s[1] == "picked" and s[4] == target)
+    return next(s[4] for s in reversed(sentences) if s[0] == target and s[1] == "went")
+
+
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
     (
@@ -93,6 +112,17 @@ EXERCISES = [
         nb02.check_nadaraya_watson,
         _nadaraya_watson,
         lambda xq, xt, yt, h: _nadaraya_watson(xq, xt, yt, 1.0),  # ignores the bandwidth
+    ),
+    (nb14.check_sharp_read, _read, lambda q, k, v, beta: _read(q, k, v, 1.0)),  # ignores beta
+    (
+        nb14.check_hop,
+        _hop,
+        lambda u, a, c, mask: _hop(u, a, c, torch.ones_like(mask)),  # reads the padding too
+    ),
+    (
+        nb14.check_rule_answer,
+        _rule,
+        lambda sentences, q: next(s[4] for s in reversed(sentences) if s[1] == "went"),  # 1 hop
     ),
 ]
 
