@@ -16,7 +16,11 @@ all-MiniLM-L6-v2's (:mod:`course_utils.pretrained`).
   padding mask, so the two give different numbers on the same weights.
 - :func:`probe_accuracy`: how well a linear classifier reads a label (e.g. the letter at
   one input position) back from hidden states, on held-out examples; notebook 01 probes
-  its encoder's final state.
+  its encoder's final state;
+- :func:`stack_attentions`: the per-layer list as one checked tensor.
+
+Attributions (gradients, integrated gradients, occlusion, attention read as one) live in
+:mod:`course_utils.attribution`, which builds on these.
 
 Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``H`` heads, ``L`` tokens,
 ``R`` the size of a hidden state); ``num_layers`` counts the layers and ``num_examples`` the
@@ -45,8 +49,14 @@ def _check_mask(name: str, mask: object, A: torch.Tensor) -> None:
         raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
 
 
-def _stack(attentions: Attentions) -> torch.Tensor:
-    """A list of ``(B, H, L, L)`` per layer -> ``(num_layers, B, H, L, L)``."""
+def stack_attentions(attentions: Attentions) -> torch.Tensor:
+    """A list of ``(B, H, L, L)`` per layer -> ``(num_layers, B, H, L, L)``, checked.
+
+    Every function here (and :mod:`course_utils.attribution`) reads attentions through it.
+
+    >>> stack_attentions([torch.rand(2, 4, 3, 3)] * 5).shape
+    torch.Size([5, 2, 4, 3, 3])
+    """
     if isinstance(attentions, torch.Tensor):
         attentions = list(attentions)
     if not attentions or not all(isinstance(a, torch.Tensor) for a in attentions):
@@ -74,7 +84,7 @@ def offset_scores(
     >>> offset_scores([A], offset=1), offset_scores([A], offset=-1)
     (tensor([[1.]]), tensor([[0.]]))
     """
-    A = _stack(attentions)  # (num_layers, B, H, L, L)
+    A = stack_attentions(attentions)  # (num_layers, B, H, L, L)
     L = A.shape[-1]
     if not isinstance(offset, int) or offset == 0 or abs(offset) >= L:
         raise ValueError(f"offset must be a nonzero int with |offset| < L = {L}, got {offset!r}")
@@ -104,7 +114,7 @@ def attention_to_scores(
     >>> attention_to_scores([A], torch.tensor([[True, False, False, False]]))
     tensor([[0.2500]])
     """
-    A = _stack(attentions)  # (num_layers, B, H, L, L)
+    A = stack_attentions(attentions)  # (num_layers, B, H, L, L)
     _check_mask("key_mask", key_mask, A)
     if attention_mask is not None:
         _check_mask("attention_mask", attention_mask, A)
@@ -124,7 +134,7 @@ def pair_scores(attentions: Attentions, pairs: Sequence[tuple[int, int, int]]) -
     >>> pair_scores([A], [(0, 1, 1), (0, 2, 0)])
     tensor([[0.5000]])
     """
-    A = _stack(attentions)  # (num_layers, B, H, L, L)
+    A = stack_attentions(attentions)  # (num_layers, B, H, L, L)
     if len(pairs) == 0:
         raise ValueError("pairs is empty: give at least one (batch index, i, j)")
     B, L = A.shape[1], A.shape[-1]
@@ -152,7 +162,7 @@ def attention_rollout(attentions: Attentions, residual: float = 0.5) -> torch.Te
     """
     if not 0.0 <= residual <= 1.0:
         raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
-    A = _stack(attentions).mean(2)  # (num_layers, B, H, L, L) -> (num_layers, B, L, L)
+    A = stack_attentions(attentions).mean(2)  # heads averaged: (num_layers, B, L, L)
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     rollout = eye.expand_as(A[0])
     for layer in A:  # bottom layer first
