@@ -209,7 +209,7 @@ def attention_attribution(
     if query is None:
         rows = (weights * real[:, :, None]).sum(1) / real.sum(1, keepdim=True).clamp(min=1)
     else:
-        if isinstance(query, bool) or not isinstance(query, int) or not -L <= query < L:
+        if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < L:
             raise ValueError(f"query must be an int position in 0..{L - 1} or None, got {query!r}")
         rows = weights[:, query]  # (B, L)
     return rows * real
