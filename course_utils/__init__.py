@@ -76,8 +76,9 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
 | a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
-| head scores, attention rollout, linear probes of hidden states       | interpret           | 01, 04, 11         |
+| head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
 | gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
+| deletion curves, Jensen-Shannon, permuted and adversarial attention | faithfulness        | 16                 |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                 |
 | decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                 |
@@ -98,7 +99,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                 |
 | VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
-| sentences whose label has a known rationale (digit before colour)    | apps.rationales     | 16                 |
+| known-rationale sentences, an attention-pooling classifier, its attributions | apps.rationales     | 16                 |
 | the exercise-checking harness                                        | exercises           | 01-11, 13-15, 17   |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
