@@ -100,7 +100,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
 | known-rationale sentences, an attention-pooling classifier, its attributions | apps.rationales     | 16                 |
-| the exercise-checking harness                                        | exercises           | 01-11, 13-15, 17   |
+| the exercise-checking harness                                        | exercises           | 01-11, 13-17       |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
@@ -115,6 +115,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
 | checkers: key-value read, a memory-network hop, a rule-based reader  | exercises.nb14      | 14                 |
 | checkers: stacked glimpses, left of a digit, peak in any box         | exercises.nb15      | 15                 |
+| checkers: integrated gradients, precision at k, Jensen-Shannon ...  | exercises.nb16      | 16                 |
 | checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
 """

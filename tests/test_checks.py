@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02
+from course_utils.exercises import nb01, nb02, nb16
 
 
 def test_reference_solutions_pass(capsys):
@@ -72,8 +72,45 @@ def _nadaraya_watson(x_query, x_train, y_train, bandwidth):
     return weights @ y_train, weights
 
 
+def _integrated_gradients(f, x, baseline, steps):
+    total = torch.zeros_like(x)
+    for k in range(steps):
+        point = (baseline + (k + 0.5) / steps * (x - baseline)).requires_grad_(True)
+        total += torch.autograd.grad(f(point).sum(), point)[0]
+    return (x - baseline) * total / steps
+
+
+def _left_riemann_ig(f, x, baseline, steps):  # a_k = k / steps: another rule, other numbers
+    total = torch.zeros_like(x)
+    for k in range(steps):
+        point = (baseline + k / steps * (x - baseline)).requires_grad_(True)
+        total += torch.autograd.grad(f(point).sum(), point)[0]
+    return (x - baseline) * total / steps
+
+
+def _precision_at_k(scores, rationale, k):
+    out = []
+    for row, truth in zip(scores.tolist(), rationale.tolist(), strict=True):
+        top = sorted(range(len(row)), key=lambda i: (-row[i], i))[:k]
+        out.append(sum(truth[i] for i in top) / k)
+    return torch.tensor(out)
+
+
+def _js(p, q):
+    m = (p + q) / 2
+    kl = lambda a: torch.where(a > 0, a * (a / m).log(), 0.0).sum(-1)  # noqa: E731
+    return (kl(p) + kl(q)) / 2
+
+
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
+    (nb16.check_integrated_gradients, _integrated_gradients, _left_riemann_ig),
+    (
+        nb16.check_precision_at_k,
+        _precision_at_k,
+        lambda s, r, k: r.gather(1, s.argsort(-1)[:, :k]).float().mean(1),  # lowest scores
+    ),
+    (nb16.check_js_divergence, _js, lambda p, q: (p * (p / q).log()).nansum(-1)),  # KL(p || q)
     (
         nb01.check_gru_cell_step,
         _gru_step,
