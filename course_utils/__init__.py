@@ -79,6 +79,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
 | gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
 | deletion curves, Jensen-Shannon, permuted and adversarial attention | faithfulness        | 16                 |
+| induction heads: repeated sequences, prefix matching, OV copying     | induction           | 16                 |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                 |
 | decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                 |
