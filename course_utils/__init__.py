@@ -99,6 +99,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
 | sentences whose label has a known rationale (digit before colour)    | apps.rationales     | 16                 |
+| MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16                 |
 | the exercise-checking harness                                        | exercises           | 01-11, 13-15, 17   |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
