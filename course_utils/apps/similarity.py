@@ -84,10 +84,10 @@ ANCHORS: dict[str, tuple[tuple[str, int], ...]] = {
         ("She is taking piano lessons.", 0),
     ),
     "Attention lets each word look at every other word.": (
-        ("With attention, every word can attend to all the others.", 5),
-        ("In a causal model, each word looks only at the words before it.", 3),
+        ("With attention, every word can see all the others.", 5),
+        ("A causal model lets each word see only earlier words.", 3),
         ("The Transformer is built from attention layers.", 2),
-        ("A recurrent network reads a sentence one word at a time.", 2),
+        ("A recurrent network reads one word at a time.", 2),
         ("Pay attention to the teacher in class.", 1),
         ("The cat is sleeping on the sofa.", 0),
     ),
