@@ -186,6 +186,8 @@ def test_bad_input_gets_clear_errors(model, task):
         similarity.similarity_task(model, SENTENCES, REFERENCES[:2])
     with pytest.raises(ValueError, match="pairs must be a list of at least 2"):
         similarity.unique_sentences([("a.", "b.", 7), ("c.", "d.", 1)])
+    with pytest.raises(ValueError, match="pairs must be a list of at least 2"):
+        similarity.unique_sentences([("a.", "b.", 2.0), ("c.", "d.", True)])
     with pytest.raises(ValueError, match=r"one row per unique sentence \(3\), got shape \(2, 384\)"):  # fmt: skip
         similarity.pair_similarities(torch.zeros(2, 384), [("x.", "y.", 1), ("y.", "z.", 2)])
     with pytest.raises(ValueError, match="one grade per similarity"):

@@ -123,7 +123,8 @@ def _check_pairs(pairs: object) -> None:
     ok = isinstance(pairs, Sequence) and len(pairs) >= 2
     for p in pairs if ok else ():
         ok = ok and isinstance(p, (tuple, list)) and len(p) == 3
-        ok = ok and isinstance(p[0], str) and isinstance(p[1], str) and p[2] in GRADES
+        ok = ok and isinstance(p[0], str) and isinstance(p[1], str)
+        ok = ok and isinstance(p[2], int) and not isinstance(p[2], bool) and p[2] in GRADES
     if not ok:
         raise ValueError(
             "pairs must be a list of at least 2 (sentence A, sentence B, grade 0..5) triples, "
@@ -292,7 +293,7 @@ def head_ablation_sweep(
     All the sentences run as one batch. Removing a head in layer ``l`` cannot change
     layers below ``l``, so their outputs are computed once and each ablation runs only
     layers ``l`` and up: the same embeddings as ``model.embed`` inside
-    :func:`~course_utils.interpret.ablate_heads`, in about half the time.
+    :func:`~course_utils.interpret.ablate_heads`, running 3.5 of the 6 layers on average.
     """
     _check_model(model)
     sentences = unique_sentences(pairs)
