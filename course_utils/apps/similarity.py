@@ -41,7 +41,7 @@ from course_utils.pretrained import MiniLM, mean_pool
 
 # (sentence A, sentence B, grade): 5 same meaning, 4 same meaning but one detail differs,
 # 3 same kind of event with an important difference, 2 same topic, 1 a shared word or a
-# loose link, 0 unrelated. Each anchor sentence is paired with partners of every grade.
+# loose link, 0 unrelated. Each anchor sentence has partners from grade 5 down to 0.
 GRADES = range(6)
 ANCHORS: dict[str, tuple[tuple[str, int], ...]] = {
     "The cat is sleeping on the sofa.": (
