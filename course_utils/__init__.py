@@ -100,7 +100,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                 |
 | VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
-| known-rationale sentences, an attention-pooling classifier, its attributions | apps.rationales     | 16                 |
+| the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                 |
+| MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16                 |
 | the exercise-checking harness                                        | exercises           | 01-11, 13-17       |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
