@@ -78,7 +78,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
 | head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
 | gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
-| deletion curves, Jensen-Shannon, permuted and adversarial attention | faithfulness        | 16                 |
+| deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                 |
 | induction heads: repeated sequences, prefix matching, OV copying     | induction           | 16                 |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                 |

@@ -1,5 +1,6 @@
 """Exercise checkers pass the reference, fail wrong answers, and say what went wrong."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -102,6 +103,54 @@ def _js(p, q):
     return (kl(p) + kl(q)) / 2
 
 
+def _rule(ids):
+    out = torch.full(ids.shape, -1, dtype=torch.long)
+    for b, row in enumerate(ids.tolist()):
+        for i, token in enumerate(row):
+            earlier = [j for j in range(i) if row[j] == token]
+            if earlier:
+                out[b, i] = row[earlier[-1] + 1]
+    return out
+
+
+def _first_occurrence(ids):  # copies after the first occurrence, not the most recent one
+    out = torch.full(ids.shape, -1, dtype=torch.long)
+    for b, row in enumerate(ids.tolist()):
+        for i, token in enumerate(row):
+            earlier = [j for j in range(i) if row[j] == token]
+            if earlier:
+                out[b, i] = row[earlier[0] + 1]
+    return out
+
+
+def _eigen(ov):
+    eigenvalues = np.linalg.eigvals(ov.double().numpy())
+    return float(eigenvalues.sum().real / np.abs(eigenvalues).sum())
+
+
+def _eigen_real_parts(ov):  # |Re(lambda)| in the denominator instead of |lambda|
+    eigenvalues = np.linalg.eigvals(ov.double().numpy())
+    return float(eigenvalues.real.sum() / np.abs(eigenvalues.real).sum())
+
+
+def _times_difference(f, x, baseline, use_baseline=True):
+    z = x.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(f(z).sum(), z)
+    return ((x - baseline) if use_baseline else x) * grad
+
+
+def _without_heads(mha, x, heads, remove=True):
+    B, L, E = x.shape
+    H = mha.num_heads
+    q, k, v = (
+        p(x).view(B, L, H, E // H).transpose(1, 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj)
+    )
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (B, H, L, D)
+    if remove:
+        out[:, list(heads)] = 0
+    return mha.out_proj(out.transpose(1, 2).reshape(B, L, E))
+
+
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
     (nb16.check_integrated_gradients, _integrated_gradients, _left_riemann_ig),
@@ -111,6 +160,18 @@ EXERCISES = [
         lambda s, r, k: r.gather(1, s.argsort(-1)[:, :k]).float().mean(1),  # lowest scores
     ),
     (nb16.check_js_divergence, _js, lambda p, q: (p * (p / q).log()).nansum(-1)),  # KL(p || q)
+    (nb16.check_induction_rule, _rule, _first_occurrence),
+    (nb16.check_eigen_copying, _eigen, _eigen_real_parts),
+    (
+        nb16.check_gradient_times_difference,
+        _times_difference,
+        lambda f, x, b: _times_difference(f, x, b, use_baseline=False),  # gradient x input
+    ),
+    (
+        nb16.check_mha_without_heads,
+        _without_heads,
+        lambda mha, x, heads: _without_heads(mha, x, heads, remove=False),  # removes nothing
+    ),
     (
         nb01.check_gru_cell_step,
         _gru_step,

@@ -1,11 +1,15 @@
-"""Notebook 16's hand-written attributions, deletion and Jensen-Shannon divergence equal
-course_utils.attribution and course_utils.faithfulness, on models the notebook does not use."""
+"""Notebook 16's hand-written cells equal the library: attributions, deletion and the
+Jensen-Shannon divergence (course_utils.attribution, faithfulness), MiniLM's forward pass from
+word vectors (apps.similarity and the model's own embed, values and gradients), and the
+induction-head scores (course_utils.induction), on inputs the notebook does not use."""
 
 import pytest
 import torch
+from torch import nn
 
-from course_utils import attribution, faithfulness
-from course_utils.apps import rationales
+from course_utils import attribution, faithfulness, induction, pretrained
+from course_utils.apps import rationales, similarity
+from course_utils.toy_models import AttentionOnlyTransformer, ToyConfig
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -21,7 +25,7 @@ MARKED = {
 
 @pytest.fixture(scope="module")
 def nb():
-    return run_from_scratch_cells(NOTEBOOK, {"torch": torch})
+    return run_from_scratch_cells(NOTEBOOK, {"torch": torch, "nn": nn})
 
 
 def test_marked_cells_are_the_ones_tested(nb):
@@ -76,3 +80,77 @@ def test_jensen_shannon_equals_library(nb):
     q = torch.softmax(torch.randn(4, 6, generator=g), -1)
     q[0] = torch.tensor([1.0, 0, 0, 0, 0, 0])  # a zero entry: 0 log 0 counts as 0
     torch.testing.assert_close(nb["jensen_shannon"](p, q), faithfulness.js_divergence(p, q))
+
+
+# -- MiniLM --------------------------------------------------------------------------------
+SENTENCES = [
+    "The cat is sleeping on the sofa.",
+    "Hi!",
+    "A longer sentence, with commas and rare words such as photosynthesis, pads the others.",
+]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return pretrained.load_minilm("cpu")
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_embed_from_word_vectors_equals_library_and_embed(nb, model, count):
+    sentences = SENTENCES[:count]  # one unpadded sentence, then uneven padding
+    batch = model.tokenize(sentences)
+    words = model.embeddings.word(batch.input_ids).detach()
+    with torch.no_grad():
+        ours = nb["embed_from_word_vectors"](model, words, batch.attention_mask)
+        library = similarity.embed_word_vectors(model, words, batch.attention_mask)
+    assert ours.shape == (count, 384)
+    torch.testing.assert_close(ours, library, atol=1e-6, rtol=0)
+    torch.testing.assert_close(ours, model.embed(sentences), atol=1e-5, rtol=0)
+
+
+def test_embed_from_word_vectors_has_the_library_gradient(nb, model):
+    batch = model.tokenize(SENTENCES)
+    g = torch.Generator().manual_seed(0)
+    direction = torch.randn(len(SENTENCES), 384, generator=g)
+    grads = []
+    for fn in (nb["embed_from_word_vectors"], similarity.embed_word_vectors):
+        words = model.embeddings.word(batch.input_ids).detach().requires_grad_(True)
+        (fn(model, words, batch.attention_mask) * direction).sum().backward()
+        grads.append(words.grad)
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+    assert (grads[0][~batch.attention_mask] == 0).all()  # padding never reaches the output
+
+
+# -- induction heads -----------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(4))
+def test_prefix_matching_score_equals_library(nb, seed):
+    g = torch.Generator().manual_seed(seed)
+    B, H, L = 3 + seed, 1 + seed, 8 + 2 * seed
+    half = torch.randint(2, L // 2 + 1, (B,), generator=g)
+    weights = torch.rand(B, H, L, L, generator=g).tril().softmax(-1)
+    expected = induction.prefix_matching_scores([weights], half)[0]  # (H,)
+    torch.testing.assert_close(nb["prefix_matching_score"](weights, half), expected)
+
+
+def test_prefix_matching_score_of_a_perfect_induction_head(nb):
+    half, L = torch.tensor([3, 4]), 8
+    weights = torch.zeros(2, 1, L, L)
+    for b, n in enumerate(half.tolist()):
+        for i in range(L):
+            weights[b, 0, i, i - n + 1 if n <= i < 2 * n else 0] = 1.0
+    assert nb["prefix_matching_score"](weights, half).tolist() == [1.0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ov_copying_score_equals_library(nb, seed):
+    torch.manual_seed(seed)
+    config = ToyConfig(vocab_size=10 + 5 * seed, max_len=8, d_model=8 * (seed + 1),
+                       num_heads=2 ** seed, num_layers=2, num_outputs=10 + 5 * seed)  # fmt: skip
+    model = AttentionOnlyTransformer(config)
+    with torch.no_grad():  # make some heads copy, so the score is not always near zero
+        model.token_embedding.weight.copy_(model.readout.weight)
+    expected = induction.copying_scores(induction.ov_circuits(model))  # (num_layers, H)
+    for layer in range(2):
+        for head in range(config.num_heads):
+            got = nb["ov_copying_score"](model, layer, head)
+            assert got == pytest.approx(expected[layer, head].item(), abs=1e-6)
