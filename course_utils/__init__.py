@@ -86,7 +86,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | all but 05, 10, 13 |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14, 15      |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14-16       |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |

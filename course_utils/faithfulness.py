@@ -92,7 +92,9 @@ def deletion_curve(
     """
     _check_pair("scores", scores, mask)
     check_positive("steps", steps)
-    order = (-scores.detach().masked_fill(~mask, float("-inf"))).argsort(dim=-1, stable=True)  # (B, L)
+    order = (-scores.detach().masked_fill(~mask, float("-inf"))).argsort(
+        dim=-1, stable=True
+    )  # (B, L)
     n_real = mask.sum(1)  # (B,)
     kept = mask.clone()
     curve = [_outputs(f, kept)]

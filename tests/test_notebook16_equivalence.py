@@ -20,6 +20,9 @@ MARKED = {
     "leave_one_out",
     "delete_top_k",
     "jensen_shannon",
+    "embed_from_word_vectors",
+    "prefix_matching_score",
+    "ov_copying_score",
 }
 
 
