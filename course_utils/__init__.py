@@ -76,14 +76,17 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
 | a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
-| head scores, attention rollout, linear probes of hidden states       | interpret           | 01, 04, 11         |
+| head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
+| gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
+| deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                 |
+| induction heads: repeated sequences, prefix matching, OV copying     | induction           | 16                 |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                 |
 | decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                 |
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | all but 05, 10, 13 |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14, 15      |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14-16       |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
@@ -97,7 +100,9 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                 |
 | VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
-| the exercise-checking harness                                        | exercises           | 01-11, 13-15, 17   |
+| the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                 |
+| MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16                 |
+| the exercise-checking harness                                        | exercises           | 01-11, 13-17       |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
@@ -112,6 +117,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
 | checkers: key-value read, a memory-network hop, a rule-based reader  | exercises.nb14      | 14                 |
 | checkers: stacked glimpses, left of a digit, peak in any box         | exercises.nb15      | 15                 |
+| checkers: integrated gradients, precision at k, Jensen-Shannon ...  | exercises.nb16      | 16                 |
 | checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
 """

@@ -14,9 +14,15 @@ all-MiniLM-L6-v2's (:mod:`course_utils.pretrained`).
   self, as notebook 04 reads its toy model. Its "previous" is not ``offset_scores(...,
   offset=-1)``: it leaves out query 1 (whose previous token is also the first) and has no
   padding mask, so the two give different numbers on the same weights.
+- :func:`ablate_heads`: run a model with chosen heads removed (or scaled), to measure which
+  heads its output needs; :func:`attention_modules` lists the heads' modules by layer;
 - :func:`probe_accuracy`: how well a linear classifier reads a label (e.g. the letter at
   one input position) back from hidden states, on held-out examples; notebook 01 probes
-  its encoder's final state.
+  its encoder's final state;
+- :func:`stack_attentions`: the per-layer list as one checked tensor.
+
+Attributions (gradients, integrated gradients, occlusion, attention read as one) live in
+:mod:`course_utils.attribution`, which builds on these.
 
 Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``H`` heads, ``L`` tokens,
 ``R`` the size of a hidden state); ``num_layers`` counts the layers and ``num_examples`` the
@@ -25,12 +31,15 @@ examples a probe reads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from course_utils._validate import check_positive, check_tensor
+from course_utils.attention import MultiHeadAttention
 
 # Attention weights of every layer: one (B, H, L, L) tensor per layer, or them stacked
 Attentions = Sequence[torch.Tensor] | torch.Tensor
@@ -45,8 +54,14 @@ def _check_mask(name: str, mask: object, A: torch.Tensor) -> None:
         raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
 
 
-def _stack(attentions: Attentions) -> torch.Tensor:
-    """A list of ``(B, H, L, L)`` per layer -> ``(num_layers, B, H, L, L)``."""
+def stack_attentions(attentions: Attentions) -> torch.Tensor:
+    """A list of ``(B, H, L, L)`` per layer -> ``(num_layers, B, H, L, L)``, checked.
+
+    Every function here (and :mod:`course_utils.attribution`) reads attentions through it.
+
+    >>> stack_attentions([torch.rand(2, 4, 3, 3)] * 5).shape
+    torch.Size([5, 2, 4, 3, 3])
+    """
     if isinstance(attentions, torch.Tensor):
         attentions = list(attentions)
     if not attentions or not all(isinstance(a, torch.Tensor) for a in attentions):
@@ -74,7 +89,7 @@ def offset_scores(
     >>> offset_scores([A], offset=1), offset_scores([A], offset=-1)
     (tensor([[1.]]), tensor([[0.]]))
     """
-    A = _stack(attentions)  # (num_layers, B, H, L, L)
+    A = stack_attentions(attentions)  # (num_layers, B, H, L, L)
     L = A.shape[-1]
     if not isinstance(offset, int) or offset == 0 or abs(offset) >= L:
         raise ValueError(f"offset must be a nonzero int with |offset| < L = {L}, got {offset!r}")
@@ -104,7 +119,7 @@ def attention_to_scores(
     >>> attention_to_scores([A], torch.tensor([[True, False, False, False]]))
     tensor([[0.2500]])
     """
-    A = _stack(attentions)  # (num_layers, B, H, L, L)
+    A = stack_attentions(attentions)  # (num_layers, B, H, L, L)
     _check_mask("key_mask", key_mask, A)
     if attention_mask is not None:
         _check_mask("attention_mask", attention_mask, A)
@@ -124,7 +139,7 @@ def pair_scores(attentions: Attentions, pairs: Sequence[tuple[int, int, int]]) -
     >>> pair_scores([A], [(0, 1, 1), (0, 2, 0)])
     tensor([[0.5000]])
     """
-    A = _stack(attentions)  # (num_layers, B, H, L, L)
+    A = stack_attentions(attentions)  # (num_layers, B, H, L, L)
     if len(pairs) == 0:
         raise ValueError("pairs is empty: give at least one (batch index, i, j)")
     B, L = A.shape[1], A.shape[-1]
@@ -152,7 +167,7 @@ def attention_rollout(attentions: Attentions, residual: float = 0.5) -> torch.Te
     """
     if not 0.0 <= residual <= 1.0:
         raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
-    A = _stack(attentions).mean(2)  # (num_layers, B, H, L, L) -> (num_layers, B, L, L)
+    A = stack_attentions(attentions).mean(2)  # heads averaged: (num_layers, B, L, L)
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     rollout = eye.expand_as(A[0])
     for layer in A:  # bottom layer first
@@ -283,3 +298,70 @@ def probe_accuracy(
         predicted = (x_test @ W + b).view(len(x_test), P, K).argmax(-1)  # (n, P)
         accuracy = (predicted == y_test).float().mean(0).cpu()  # (P,)
     return accuracy[0] if one else accuracy
+
+
+def attention_modules(model: nn.Module) -> list[MultiHeadAttention]:
+    """Every :class:`~course_utils.attention.MultiHeadAttention` inside ``model``, in the order
+    the model registers them: for an encoder of self-attention layers, one per layer, so
+    index ``l`` of the list is layer ``l``."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+
+
+@contextmanager
+def ablate_heads(
+    model: nn.Module, heads: Iterable[tuple[int, int]], weight: float = 0.0
+) -> Iterator[None]:
+    """Inside the ``with`` block, head ``h`` of attention module ``l`` contributes ``weight``
+    times its output, for every ``(l, h)`` in ``heads``; ``weight=0`` removes the head.
+
+    A head's output is its slice of the concatenated heads, the input of ``out_proj``, so
+    this scales those columns before the output projection (its bias stays). Modules are
+    numbered as :func:`attention_modules` lists them. The model is unchanged afterwards.
+
+    >>> from course_utils.attention import MultiHeadAttention
+    >>> mha, x = MultiHeadAttention(4, 2), torch.randn(1, 3, 4)
+    >>> with ablate_heads(mha, [(0, 0), (0, 1)]):  # every head removed: only the bias is left
+    ...     out = mha(x, x, x)[0]
+    >>> torch.allclose(out, mha.out_proj.bias.expand(1, 3, 4))
+    True
+    """
+    modules = attention_modules(model)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise TypeError(f"weight must be a number, got {type(weight).__name__}")
+    chosen: dict[int, list[int]] = {}
+    for pair in heads:
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+        ok = ok and all(isinstance(i, int) and not isinstance(i, bool) for i in pair)
+        if not ok or not 0 <= pair[0] < len(modules):
+            raise ValueError(
+                f"heads must hold (layer, head) pairs of ints with layer in 0..{len(modules) - 1}"
+                f" (the model has {len(modules)} attention modules), got {pair!r}"
+            )
+        layer, head = pair
+        if not 0 <= head < modules[layer].num_heads:
+            raise ValueError(
+                f"head must lie in 0..{modules[layer].num_heads - 1} for layer {layer}, got {head}"
+            )
+        chosen.setdefault(layer, []).append(head)
+
+    def scaler(heads_here: list[int], head_dim: int):
+        def hook(_module: nn.Module, args: tuple) -> tuple:
+            merged = args[0]  # (B, L, E): the heads side by side, head h at h*D .. (h+1)*D
+            scale = merged.new_ones(merged.shape[-1])
+            for h in heads_here:
+                scale[h * head_dim : (h + 1) * head_dim] = weight
+            return (merged * scale,)
+
+        return hook
+
+    handles = [
+        modules[layer].out_proj.register_forward_pre_hook(scaler(hs, modules[layer].head_dim))
+        for layer, hs in chosen.items()
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

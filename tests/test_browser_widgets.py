@@ -56,6 +56,7 @@ WIDGET_NOTEBOOKS = [
     "13_efficient_attention.ipynb",
     "14_attention_as_memory.ipynb",
     "15_multimodal_attention.ipynb",
+    "16_interpretability.ipynb",
     "17_language_models.ipynb",
 ]
 

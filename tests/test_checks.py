@@ -1,10 +1,11 @@
 """Exercise checkers pass the reference, fail wrong answers, and say what went wrong."""
 
+import numpy as np
 import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02, nb14
+from course_utils.exercises import nb01, nb02, nb14, nb16
 
 
 def test_reference_solutions_pass(capsys):
@@ -91,8 +92,105 @@ def _rule(sentences, question):
     return next(s[4] for s in reversed(sentences) if s[0] == target and s[1] == "went")
 
 
+def _integrated_gradients(f, x, baseline, steps):
+    total = torch.zeros_like(x)
+    for k in range(steps):
+        point = (baseline + (k + 0.5) / steps * (x - baseline)).requires_grad_(True)
+        total += torch.autograd.grad(f(point).sum(), point)[0]
+    return (x - baseline) * total / steps
+
+
+def _left_riemann_ig(f, x, baseline, steps):  # a_k = k / steps: another rule, other numbers
+    total = torch.zeros_like(x)
+    for k in range(steps):
+        point = (baseline + k / steps * (x - baseline)).requires_grad_(True)
+        total += torch.autograd.grad(f(point).sum(), point)[0]
+    return (x - baseline) * total / steps
+
+
+def _precision_at_k(scores, rationale, k):
+    out = []
+    for row, truth in zip(scores.tolist(), rationale.tolist(), strict=True):
+        top = sorted(range(len(row)), key=lambda i: (-row[i], i))[:k]
+        out.append(sum(truth[i] for i in top) / k)
+    return torch.tensor(out)
+
+
+def _js(p, q):
+    m = (p + q) / 2
+    kl = lambda a: torch.where(a > 0, a * (a / m).log(), 0.0).sum(-1)  # noqa: E731
+    return (kl(p) + kl(q)) / 2
+
+
+def _induction_rule(ids):
+    out = torch.full(ids.shape, -1, dtype=torch.long)
+    for b, row in enumerate(ids.tolist()):
+        for i, token in enumerate(row):
+            earlier = [j for j in range(i) if row[j] == token]
+            if earlier:
+                out[b, i] = row[earlier[-1] + 1]
+    return out
+
+
+def _first_occurrence(ids):  # copies after the first occurrence, not the most recent one
+    out = torch.full(ids.shape, -1, dtype=torch.long)
+    for b, row in enumerate(ids.tolist()):
+        for i, token in enumerate(row):
+            earlier = [j for j in range(i) if row[j] == token]
+            if earlier:
+                out[b, i] = row[earlier[0] + 1]
+    return out
+
+
+def _eigen(ov):
+    eigenvalues = np.linalg.eigvals(ov.double().numpy())
+    return float(eigenvalues.sum().real / np.abs(eigenvalues).sum())
+
+
+def _eigen_real_parts(ov):  # |Re(lambda)| in the denominator instead of |lambda|
+    eigenvalues = np.linalg.eigvals(ov.double().numpy())
+    return float(eigenvalues.real.sum() / np.abs(eigenvalues.real).sum())
+
+
+def _times_difference(f, x, baseline, use_baseline=True):
+    z = x.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(f(z).sum(), z)
+    return ((x - baseline) if use_baseline else x) * grad
+
+
+def _without_heads(mha, x, heads, remove=True):
+    B, L, E = x.shape
+    H = mha.num_heads
+    q, k, v = (
+        p(x).view(B, L, H, E // H).transpose(1, 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj)
+    )
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (B, H, L, D)
+    if remove:
+        out[:, list(heads)] = 0
+    return mha.out_proj(out.transpose(1, 2).reshape(B, L, E))
+
+
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
+    (nb16.check_integrated_gradients, _integrated_gradients, _left_riemann_ig),
+    (
+        nb16.check_precision_at_k,
+        _precision_at_k,
+        lambda s, r, k: r.gather(1, s.argsort(-1)[:, :k]).float().mean(1),  # lowest scores
+    ),
+    (nb16.check_js_divergence, _js, lambda p, q: (p * (p / q).log()).nansum(-1)),  # KL(p || q)
+    (nb16.check_induction_rule, _induction_rule, _first_occurrence),
+    (nb16.check_eigen_copying, _eigen, _eigen_real_parts),
+    (
+        nb16.check_gradient_times_difference,
+        _times_difference,
+        lambda f, x, b: _times_difference(f, x, b, use_baseline=False),  # gradient x input
+    ),
+    (
+        nb16.check_mha_without_heads,
+        _without_heads,
+        lambda mha, x, heads: _without_heads(mha, x, heads, remove=False),  # removes nothing
+    ),
     (
         nb01.check_gru_cell_step,
         _gru_step,

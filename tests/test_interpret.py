@@ -218,3 +218,98 @@ def test_probe_rejects_bad_inputs(change, error, words):
     } | change
     with pytest.raises(error, match=re.escape(words)):
         interpret.probe_accuracy(**args)
+
+
+# -- ablate_heads --------------------------------------------------------------------------
+
+
+def _two_layer_encoder(seed: int) -> torch.nn.Module:
+    from course_utils.transformer import EncoderLayer
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        EncoderLayer(8, 2, 16, dropout=0.0), EncoderLayer(8, 2, 16, dropout=0.0)
+    ).eval()
+
+
+def _run(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    for layer in model:
+        x = layer(x)[0]
+    return x
+
+
+def _reference_mha(mha, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Multi-head attention from torch's own SDPA, head h's output multiplied by keep[h]."""
+    B, L, E = x.shape
+    H, D = mha.num_heads, E // mha.num_heads
+    q, k, v = (p(x).view(B, L, H, D).transpose(1, 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    heads = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (B, H, L, D)
+    heads = heads * keep.view(1, H, 1, 1)
+    return mha.out_proj(heads.transpose(1, 2).reshape(B, L, E))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ablate_heads_equals_a_reference_with_the_head_zeroed(seed):
+    from course_utils.attention import MultiHeadAttention
+    from course_utils.interpret import ablate_heads
+
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(12, 3)
+    x = torch.randn(2, 5, 12)
+    for heads, weight in [([(0, 1)], 0.0), ([(0, 0), (0, 2)], 0.0), ([(0, 2)], 0.5)]:
+        keep = torch.ones(3)
+        for _, h in heads:
+            keep[h] = weight
+        with ablate_heads(mha, heads, weight=weight):
+            ours = mha(x, x, x)[0]
+        torch.testing.assert_close(ours, _reference_mha(mha, x, keep), atol=1e-5, rtol=1e-5)
+
+
+def test_ablating_a_head_whose_output_is_zero_changes_nothing():
+    from course_utils.interpret import ablate_heads, attention_modules
+
+    model = _two_layer_encoder(0)
+    x = torch.randn(3, 6, 8)
+    mha = attention_modules(model)[1]
+    with torch.no_grad():  # head 1 of layer 1 writes nothing: zero value weights and bias
+        mha.v_proj.weight[4:8] = 0
+        mha.v_proj.bias[4:8] = 0
+    before = _run(model, x)
+    with ablate_heads(model, [(1, 1)]):
+        after = _run(model, x)
+    torch.testing.assert_close(after, before, atol=0, rtol=0)
+    with ablate_heads(model, [(1, 0)]):  # while removing a head that writes something does
+        assert not torch.allclose(_run(model, x), before, atol=1e-3)
+
+
+def test_ablate_heads_with_weight_one_changes_nothing_and_is_undone():
+    from course_utils.interpret import ablate_heads
+
+    model = _two_layer_encoder(1)
+    x = torch.randn(2, 4, 8)
+    before = _run(model, x)
+    with ablate_heads(model, [(0, 0), (1, 1)], weight=1.0):
+        torch.testing.assert_close(_run(model, x), before, atol=0, rtol=0)
+    with pytest.raises(RuntimeError), ablate_heads(model, [(0, 0)]):
+        raise RuntimeError("a failure inside the block still removes the hooks")
+    torch.testing.assert_close(_run(model, x), before, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "heads, weight, error",
+    [
+        ([(2, 0)], 0.0, ValueError),
+        ([(0, 2)], 0.0, ValueError),
+        ([(0,)], 0.0, ValueError),
+        ([(0, 0.5)], 0.0, ValueError),
+        ([(0, 0)], "0", TypeError),
+    ],  # fmt: skip
+)
+def test_ablate_heads_rejects_bad_input(heads, weight, error):
+    from course_utils.interpret import ablate_heads
+
+    with (
+        pytest.raises(error, match="weight|heads|head"),
+        ablate_heads(_two_layer_encoder(0), heads, weight),
+    ):
+        pass

@@ -15,7 +15,9 @@ the doubly stochastic term, peak in a box), ``nb10`` (mel filterbank, pyramidal 
 reduction, monotonic share), ``nb11`` (attention entropy, top-k search), ``nb13`` (online
 softmax, dilated window mask), ``nb14`` (a sharp key-value read, a memory-network hop, a
 two-step reader of stories), ``nb15`` (stacked glimpses, the digit left of another, a peak
-in any box) and ``nb17`` (min-p filter, windowed causal mask, one cached attention step).
+in any box), ``nb16`` (integrated gradients, precision at k, the Jensen-Shannon divergence,
+and the induction-head and MiniLM exercises) and ``nb17`` (min-p filter, windowed causal
+mask, one cached attention step).
 ``student`` writes the copies of
 the notebooks without solutions.
 
