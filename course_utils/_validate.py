@@ -52,6 +52,20 @@ def check_positive(name: str, value: object) -> None:
         raise ValueError(f"{name} must be positive, got {value}")
 
 
+def one_output_per_example(f: object, x: torch.Tensor, takes: str = "x") -> torch.Tensor:
+    """``f(x)``, checked to be a function returning one number per example, ``(B,)`` for an
+    ``x`` of ``B`` rows; ``takes`` says in the message what ``f`` is given."""
+    if not callable(f):
+        raise TypeError(f"f must be a function {takes} -> (B,), got {type(f).__name__}")
+    out = f(x)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (x.shape[0],):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"f must return one output per example (B,) = ({x.shape[0]},), got {shape}"
+        )
+    return out
+
+
 def check_tensor(name: str, x: object, dims: int | None = None) -> None:
     """``x`` must be a ``torch.Tensor`` (``TypeError``), with ``dims`` dimensions if given."""
     if not isinstance(x, torch.Tensor):

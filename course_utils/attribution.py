@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from course_utils._validate import check_positive, check_tensor
+from course_utils._validate import check_positive, check_tensor, one_output_per_example
 from course_utils.interpret import Attentions, attention_rollout, stack_attentions
 
 # A model read as one scalar per example: x (B, ...) -> (B,)
@@ -60,15 +60,7 @@ def _baseline(x: torch.Tensor, baseline: torch.Tensor | None) -> torch.Tensor:
 
 def _scalars(f: ScalarFn, x: torch.Tensor) -> torch.Tensor:
     """``f(x)``, checked to be one number per example ``(B,)``."""
-    if not callable(f):
-        raise TypeError(f"f must be a function x -> (B,), got {type(f).__name__}")
-    out = f(x)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (x.shape[0],):
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(
-            f"f must return one output per example (B,) = ({x.shape[0]},), got {shape}"
-        )
-    return out
+    return one_output_per_example(f, x, takes="x")
 
 
 def _gradient(f: ScalarFn, x: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from course_utils._validate import check_positive, check_tensor
+from course_utils._validate import check_positive, check_tensor, one_output_per_example
 
 # A model read as one output per example, given a mask (B, L) or weights (B, L)
 OutputFn = Callable[[torch.Tensor], torch.Tensor]
@@ -41,13 +41,7 @@ def _check_pair(name: str, x: object, mask: object) -> None:
 
 
 def _outputs(f: OutputFn, arg: torch.Tensor) -> torch.Tensor:
-    if not callable(f):
-        raise TypeError(f"f must be a function (B, L) -> (B,), got {type(f).__name__}")
-    out = f(arg)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (arg.shape[0],):
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"f must return one output per example ({arg.shape[0]},), got {shape}")
-    return out
+    return one_output_per_example(f, arg, takes="(B, L)")
 
 
 def js_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
