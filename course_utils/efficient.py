@@ -323,7 +323,9 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     >>> torch.allclose(elu_feature_map(x), F.elu(x) + 1, atol=1e-6)
     True
     """
-    return x.clamp(min=0).add_(x.clamp(max=0).exp())  # exp's output is kept for backward
+    # two full-size temporaries, not three: exp_ works in place on clamp's output (clamp's
+    # backward needs only x, and exp_ keeps its own result for backward)
+    return x.clamp(min=0).add_(x.clamp(max=0).exp_())
 
 
 def linear_attention(
@@ -388,21 +390,20 @@ def feature_map_attention(
     *batch, N, D = fq.shape  # D here is the number of features F
     Dv, c = value.shape[-1], chunk_size  # c positions per chunk
     n, pad = -(-N // c), -N % c  # n chunks
-    # A column of ones after the values: the same sums then give the denominator as the last
-    # output column (sum_j w_ij * 1), so no separate normaliser is carried.
-    v1 = torch.cat([value, value.new_ones(*value.shape[:-1], 1)], dim=-1)  # (..., N, Dv + 1)
     if pad:  # padding phi(k) (not k) with zeros: padded keys add nothing to any sum
-        fq, fk, v1 = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, v1))
+        fq, fk, value = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, value))
     G = math.prod(batch)  # flattened batch dims: each product below is one bmm
-    fq, fk, v1 = fq.reshape(G * n, c, D), fk.reshape(G * n, c, D), v1.reshape(G * n, c, Dv + 1)
-    # Each chunk's keys summed into a (D, Dv + 1) state; the states of all earlier chunks
-    # (an exclusive prefix sum over chunks) as one product with a strictly lower-triangular
-    # matrix of ones, (n, n) @ (G, n, D (Dv + 1)): no loop over chunks, no cumsum.
-    chunk_kv = torch.bmm(fk.transpose(1, 2), v1).reshape(G, n, D * (Dv + 1))
+    fq, fk, v = fq.reshape(G * n, c, D), fk.reshape(G * n, c, D), value.reshape(G * n, c, Dv)
+    # Each chunk's keys summed into a (D, Dv) state and a (D,) normaliser; the states of all
+    # earlier chunks (an exclusive prefix sum over chunks) as one product with a strictly
+    # lower-triangular matrix of ones, (n, n) @ (G, n, D Dv): no loop over chunks, no cumsum.
     earlier = torch.ones(n, n, dtype=fq.dtype, device=fq.device).tril_(-1)
-    state = torch.matmul(earlier, chunk_kv).reshape(G * n, D, Dv + 1)
+    chunk_kv = torch.bmm(fk.transpose(1, 2), v).reshape(G, n, D * Dv)
+    state = torch.matmul(earlier, chunk_kv).reshape(G * n, D, Dv)
+    z = torch.matmul(earlier, fk.sum(1).reshape(G, n, D)).reshape(G * n, D, 1)  # earlier keys
     # Inside a chunk: the quadratic form with a causal mask, c x c per chunk
     w = torch.bmm(fq, fk.transpose(1, 2)).tril_()  # (G n, c, c)
-    numer = torch.bmm(w, v1).baddbmm_(fq, state)  # (G n, c, Dv + 1): this chunk + earlier ones
-    numer = numer.reshape(*batch, n * c, Dv + 1)[..., :N, :]
-    return numer[..., :Dv] / (numer[..., Dv:] + eps)
+    numer = torch.bmm(w, v).baddbmm_(fq, state)  # (G n, c, Dv): this chunk + earlier ones
+    denom = torch.baddbmm(w.sum(-1, keepdim=True), fq, z)  # (G n, c, 1): the same weights, summed
+    numer = numer.reshape(*batch, n * c, Dv)[..., :N, :]
+    return numer / (denom.reshape(*batch, n * c, 1)[..., :N, :] + eps)
