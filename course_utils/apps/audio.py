@@ -26,6 +26,7 @@ import torch
 
 from course_utils._validate import check_positive, check_tensor
 from course_utils.data import SPLITS, Vocab, pad_sequences
+from course_utils.training import shuffled_batches
 
 RATE = 8000  # samples per second of every clip
 FRAME, HOP, N_FFT, N_MELS = 200, 80, 256, 40  # 25 ms frames every 10 ms, 40 mel channels
@@ -217,13 +218,9 @@ class SpeechData:
         return SpeechBatch(padded, lengths, tgt_in, tgt_out)
 
     def batches(self, batch_size: int, seed: int = 0):  # noqa: ANN201 (an endless iterator)
-        """Random batches forever, reshuffled each epoch by a generator seeded with ``seed``."""
-        check_positive("batch_size", batch_size)
-        g = torch.Generator().manual_seed(seed)
-        while True:
-            order = torch.randperm(len(self), generator=g).tolist()
-            for i in range(0, len(order) - batch_size + 1, batch_size):
-                yield self.batch(order[i : i + batch_size])
+        """Random batches forever, reshuffled each epoch by a generator seeded with ``seed``
+        (:func:`~course_utils.training.shuffled_batches`)."""
+        return shuffled_batches(self, batch_size, seed)
 
 
 def _check_text(text: str, where: str) -> None:

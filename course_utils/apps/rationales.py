@@ -28,6 +28,7 @@ from torch import nn
 
 from course_utils._validate import check_positive, check_tensor
 from course_utils.data import Vocab
+from course_utils.training import shuffled_batches
 from course_utils.transformer import EncoderLayer
 
 DIGITS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -268,13 +269,8 @@ def build_model(attention: bool = True, **sizes) -> RationaleClassifier:
 
 
 def batches(data: RationaleData, batch_size: int = 64, seed: int = 0) -> Iterator[RationaleBatch]:
-    """Shuffled batches forever (a fresh seeded order each pass), for :func:`fit`."""
-    check_positive("batch_size", batch_size)
-    g = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(len(data), generator=g)
-        for start in range(0, len(data) - batch_size + 1, batch_size):
-            yield data.batch(order[start : start + batch_size])
+    """Shuffled batches forever, for :func:`fit` (:func:`~course_utils.training.shuffled_batches`)."""
+    return shuffled_batches(data, batch_size, seed)
 
 
 def loss(model: RationaleClassifier, batch: RationaleBatch) -> torch.Tensor:

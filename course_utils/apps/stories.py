@@ -39,6 +39,7 @@ import torch
 
 from course_utils._validate import check_positive
 from course_utils.data import Vocab
+from course_utils.training import shuffled_batches
 
 PEOPLE = ["mary", "john", "sandra", "daniel"]
 ROOMS = ["kitchen", "garden", "office", "bedroom", "hallway", "bathroom"]
@@ -219,10 +220,5 @@ class StoryData:
 
 
 def story_batches(data: StoryData, batch_size: int, seed: int = 0) -> Iterator[StoryBatch]:
-    """Shuffled batches forever, the order fixed by ``seed``."""
-    check_positive("batch_size", batch_size)
-    g = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(len(data), generator=g).tolist()
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield data.batch(order[start : start + batch_size])
+    """Shuffled batches forever, the order fixed by ``seed`` (:func:`~course_utils.training.shuffled_batches`)."""
+    return shuffled_batches(data, batch_size, seed)
