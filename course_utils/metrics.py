@@ -7,7 +7,9 @@
   sentence); :func:`bleu_by_length` splits a test set into source-length buckets first.
 - Summaries: :func:`rouge` is the ``rouge-score`` package's ROUGE-1/2/L F1;
   :func:`oov_recall` counts the rare (out-of-vocabulary) reference words an output
-  contains, and :func:`repeated_trigram_rate` how much an output repeats itself.
+  contains, and :func:`repeated_trigrams` / :func:`repeated_trigram_rate` how much an
+  output repeats itself; :func:`paired_bootstrap` puts an interval on the difference of
+  two systems' mean scores over the same test examples.
 - Transcripts: :func:`edit_distance` counts the fewest substitutions, insertions and
   deletions; :func:`error_rate` is ``jiwer``'s character or word error rate (CER, WER), the
   summed distances over the summed reference lengths.
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jiwer
+import numpy as np
 import sacrebleu
 import torch
 import torch.nn.functional as F
@@ -243,35 +247,118 @@ def oov_recall(
     return found / total if total else 0.0
 
 
-def repeated_trigram_rate(
+def _trigrams(tokens: list[str]) -> Counter:
+    return Counter(tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2))
+
+
+def repeated_trigrams(
     outputs: Sequence[Sequence[str]], references: Sequence[Sequence[str]] | None = None
-) -> float:
-    """The share of the outputs' trigrams that repeat an earlier trigram of the same output.
+) -> list[int]:
+    """Per output, how many of its trigrams repeat an earlier trigram of the same output.
 
     With ``references``, only repeats the reference does not have count: a trigram the
     reference itself holds ``r`` times may occur ``max(r, 1)`` times in the output for
     free (a summary of two similar events legitimately says "seconds on monday" twice).
+
+    >>> repeated_trigrams([["a", "b", "c"] * 3, ["x", "y"]])  # 7 trigrams, 3 distinct
+    [4, 0]
+    >>> repeated_trigrams([["a", "b", "c", "a", "b", "c"]], [["a", "b", "c", "x", "a", "b", "c"]])
+    [0]
+    """
+    outputs = _check_token_lists("outputs", outputs)
+    if references is not None:
+        references = _check_token_lists("references", references)
+        _check_same_count(outputs, references)
+    counts = []
+    for k, tokens in enumerate(outputs):
+        free = _trigrams(references[k]) if references is not None else Counter()
+        counts.append(sum(max(0, c - max(1, free[g])) for g, c in _trigrams(tokens).items()))
+    return counts
+
+
+def repeated_trigram_rate(
+    outputs: Sequence[Sequence[str]], references: Sequence[Sequence[str]] | None = None
+) -> float:
+    """The share of the outputs' trigrams that repeat an earlier trigram of the same output:
+    :func:`repeated_trigrams` summed over the outputs, over all their trigrams (0 if none).
 
     >>> repeated_trigram_rate([["a", "b", "c", "a", "b", "c"], ["x", "y"]])  # 1 2 3 1: 1 of 4
     0.25
     >>> repeated_trigram_rate([["a", "b", "c", "a", "b", "c"]], [["a", "b", "c", "a", "b", "c"]])
     0.0
     """
-    outputs = _check_token_lists("outputs", outputs)
-    if references is not None:
-        references = _check_token_lists("references", references)
-        _check_same_count(outputs, references)
-
-    def trigrams(tokens: list[str]) -> Counter:
-        return Counter(tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2))
-
-    repeated = total = 0
-    for k, tokens in enumerate(outputs):
-        grams = trigrams(tokens)
-        free = trigrams(references[k]) if references is not None else Counter()
-        repeated += sum(max(0, c - max(1, free[g])) for g, c in grams.items())
-        total += sum(grams.values())
+    repeated = sum(repeated_trigrams(outputs, references))
+    total = sum(max(0, len(tokens) - 2) for tokens in outputs)
     return repeated / total if total else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# A bootstrap interval for a paired comparison
+# ---------------------------------------------------------------------------------------
+class BootstrapInterval(NamedTuple):
+    """What :func:`paired_bootstrap` returns: the observed mean difference and the ends of
+    its percentile interval."""
+
+    mean: float
+    low: float
+    high: float
+
+
+def paired_bootstrap(
+    x: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> BootstrapInterval:
+    """A percentile bootstrap interval for ``mean(x - y)``, where ``x[k]`` and ``y[k]`` are
+    two systems' scores on the same test example ``k`` (Efron & Tibshirani, 1993; for NLP
+    systems, Koehn, 2004).
+
+    Each of ``n_resamples`` resamples draws ``n`` examples with replacement (the same
+    examples for both systems: the comparison is paired) and takes the mean of their
+    differences; the interval runs between the ``(1 - confidence) / 2`` and
+    ``(1 + confidence) / 2`` quantiles of those means (numpy's default, linear
+    interpolation). The draws are ``np.random.default_rng(seed).integers(0, n, (n_resamples,
+    n))``, so a notebook can repeat them in the open.
+
+    >>> r = paired_bootstrap([1, 0, 2, 0, 1, 3], [2, 1, 2, 1, 1, 4])
+    >>> r.mean, r.low < r.mean < r.high < 0
+    (-0.6666666666666666, True)
+    """
+    arrays = []
+    for name, values in (("x", x), ("y", y)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+            raise TypeError(
+                f"{name} must be a 1-D sequence of numbers, got {type(values).__name__}"
+            )
+        try:
+            array = np.asarray(values, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must hold numbers only, got {list(values)[:5]!r}") from None
+        if array.ndim != 1 or len(array) < 2:
+            raise ValueError(f"{name} must be 1-D with at least 2 values, got shape {array.shape}")
+        if not np.isfinite(array).all():
+            raise ValueError(
+                f"{name} must hold finite numbers, got {array[~np.isfinite(array)][:5]}"
+            )
+        arrays.append(array)
+    x, y = arrays
+    if x.shape != y.shape:
+        raise ValueError(
+            f"x and y must score the same examples (one value each), got {len(x)} and {len(y)}"
+        )
+    check_positive("n_resamples", n_resamples)
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)):
+        raise TypeError(f"confidence must be a number, got {type(confidence).__name__}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    differences = x - y  # (n,)
+    n = len(differences)
+    draws = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    means = differences[draws].mean(axis=1)  # (n_resamples,)
+    low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return BootstrapInterval(float(differences.mean()), float(low), float(high))
 
 
 # ---------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from rouge_score import rouge_scorer
@@ -108,6 +109,31 @@ def test_teacher_forcing_equals_the_decoding_steps(data, switches):
         assert ((p_gen > 0) & (p_gen < 1)).all()
 
 
+def test_encoder_equals_a_packed_bidirectional_gru(data):
+    # The two one-way GRUs over the padded batch give what torch's bidirectional GRU gives
+    # over the packed batch, with the same weights
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    model = _model(data)
+    batch = news.make_news_batch(data.encoded, data.vocab)
+    assert len(set(batch.src_len.tolist())) > 1  # documents of different lengths: padding
+    gru = torch.nn.GRU(8, 12, batch_first=True, bidirectional=True)
+    with torch.no_grad():
+        for name, p in model.encoder_forward.named_parameters():
+            getattr(gru, name).copy_(p)
+        for name, p in model.encoder_backward.named_parameters():
+            getattr(gru, name + "_reverse").copy_(p)
+        x = model.embedding(batch.src)
+        packed = pack_padded_sequence(x, batch.src_len, batch_first=True, enforce_sorted=False)
+        out, final = gru(packed)
+        states, _ = pad_packed_sequence(out, batch_first=True, total_length=batch.src.shape[1])
+        hidden = torch.tanh(model.bridge(torch.cat([final[0], final[1]], dim=-1)))
+        ours = model.encode(batch.src, batch.src_len)
+    assert torch.allclose(ours[0], states, atol=1e-6)
+    assert torch.allclose(ours[1], hidden, atol=1e-6)
+    assert torch.equal(ours[3], batch.src_len.unsqueeze(1) > torch.arange(batch.src.shape[1]))
+
+
 def test_coverage_starts_switched_off(data):
     pointer, covered = _model(data), _model(data, coverage=True)
     covered.load_state_dict(pointer.state_dict(), strict=False)
@@ -187,6 +213,16 @@ def test_evaluate_reports_every_measure(data):
     assert all(0 <= v <= 100 for v in scores.values())
 
 
+def test_score_of_the_summaries_is_evaluate(data):
+    model = _model(data)
+    outputs = sm.summarise(model, data, max_steps=6)
+    assert sm.score(outputs, data) == sm.evaluate(model, data, max_steps=6)
+    with pytest.raises(ValueError, match="one summary per report"):
+        sm.score(outputs[:-1], data)
+    with pytest.raises(TypeError, match="data must be NewsData"):
+        sm.score(outputs, data.reports)
+
+
 # --- metrics ---------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", range(3))
 def test_rouge_equals_rouge_score_called_directly(seed):
@@ -213,6 +249,28 @@ def test_oov_recall_and_repeats_by_hand():
     once = ["a", "b", "c", "x", "a", "b", "c"]  # the reference says "a b c" twice: free
     assert metrics.repeated_trigram_rate([same], [once]) == pytest.approx(3 / 7)
     assert metrics.repeated_trigram_rate([["a", "b"]]) == 0.0
+    assert metrics.repeated_trigrams([same, ["a", "b"], same], [once, [], same]) == [3, 0, 0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_repeated_trigrams_count_what_the_rate_shares(seed):
+    rng = random.Random(seed)
+    outs = [rng.choices("abc", k=rng.randint(0, 12)) for _ in range(30)]
+    refs = [rng.choices("abc", k=rng.randint(0, 12)) for _ in range(30)]
+    for references in (None, refs):
+        counts = metrics.repeated_trigrams(outs, references)
+        trigrams = sum(max(0, len(o) - 2) for o in outs)
+        assert metrics.repeated_trigram_rate(outs, references) == pytest.approx(
+            sum(counts) / trigrams
+        )
+    # a loop over the trigrams: a repeat is one more occurrence than the reference allows
+    for out, ref, count in zip(outs, refs, metrics.repeated_trigrams(outs, refs), strict=True):
+        seen, allowed, expected = [], [tuple(ref[i : i + 3]) for i in range(len(ref) - 2)], 0
+        for i in range(len(out) - 2):
+            g = tuple(out[i : i + 3])
+            seen.append(g)
+            expected += seen.count(g) > max(1, allowed.count(g))
+        assert count == expected
 
 
 def test_summary_metrics_reject_bad_input():
@@ -224,6 +282,76 @@ def test_summary_metrics_reject_bad_input():
         metrics.oov_recall(["a b"], [["a"]], set())
     with pytest.raises(ValueError, match="one entry per summary"):
         metrics.repeated_trigram_rate([["a"]], [["a"], ["b"]])
+
+
+# --- the paired bootstrap -----------------------------------------------------------
+def _linear_quantile(sorted_values, q):
+    # numpy's default quantile (linear interpolation between order statistics), by hand
+    h = (len(sorted_values) - 1) * q
+    lo = int(h)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (h - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_paired_bootstrap_equals_a_loop_over_resamples(seed):
+    rng = np.random.default_rng(100 + seed)
+    x, y = rng.poisson(1.0, 57), rng.poisson(1.3, 57)
+    draws = np.random.default_rng(seed)  # one resample at a time, as the helper documents
+    means = []
+    for _ in range(2000):
+        picked = draws.integers(0, 57, size=57)
+        means.append(sum(x[k] - y[k] for k in picked) / 57)
+    means.sort()
+    ours = metrics.paired_bootstrap(x, y, n_resamples=2000, confidence=0.9, seed=seed)
+    assert ours.mean == pytest.approx((x - y).mean())
+    assert ours.low == pytest.approx(_linear_quantile(means, 0.05))
+    assert ours.high == pytest.approx(_linear_quantile(means, 0.95))
+
+
+def test_paired_bootstrap_matches_the_normal_closed_form():
+    # For many examples the resampled means are close to normal with the plug-in standard
+    # error sd(x - y) / sqrt(n) (ddof 0): the interval is mean -+ 1.96 of them
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=3000)
+    x = y + rng.exponential(0.5, size=3000) - 0.1  # paired: y cancels in x - y
+    d = x - y
+    half = 1.959964 * d.std() / np.sqrt(len(d))
+    ours = metrics.paired_bootstrap(x, y, n_resamples=20_000)
+    assert ours.low == pytest.approx(d.mean() - half, abs=0.06 * half)
+    assert ours.high == pytest.approx(d.mean() + half, abs=0.06 * half)
+
+
+def test_paired_bootstrap_exact_ends_of_a_tiny_sample():
+    # Differences 0, 1, 3: of the 27 equally likely resamples, one has mean 0 and one mean 3
+    # (1/27 = 3.7 % each, more than 2.5 %), so the 95 % interval is exactly [0, 3]
+    ours = metrics.paired_bootstrap([0, 1, 3], [0, 0, 0])
+    assert (ours.mean, ours.low, ours.high) == (4 / 3, 0.0, 3.0)
+    # a constant difference has no spread; swapping the systems mirrors the interval
+    assert metrics.paired_bootstrap([2, 3, 4], [1, 2, 3]) == (1.0, 1.0, 1.0)
+    a, b = [1, 0, 2, 5, 1], [0, 0, 3, 1, 1]
+    there, back = metrics.paired_bootstrap(a, b), metrics.paired_bootstrap(b, a)
+    assert there.mean == -back.mean
+    assert there.low == pytest.approx(-back.high) and there.high == pytest.approx(-back.low)
+
+
+def test_paired_bootstrap_rejects_bad_input():
+    with pytest.raises(ValueError, match="same examples"):
+        metrics.paired_bootstrap([1, 2, 3], [1, 2])
+    with pytest.raises(ValueError, match="at least 2"):
+        metrics.paired_bootstrap([1], [1])
+    with pytest.raises(ValueError, match=r"y must be 1-D"):
+        metrics.paired_bootstrap([1, 2], [[1, 2]])
+    with pytest.raises(ValueError, match="finite"):
+        metrics.paired_bootstrap([1, float("nan")], [1, 2])
+    with pytest.raises(TypeError, match="x must be a 1-D sequence"):
+        metrics.paired_bootstrap("12", [1, 2])
+    with pytest.raises(TypeError, match="x must hold numbers"):
+        metrics.paired_bootstrap(["a", "b"], [1, 2])
+    with pytest.raises(ValueError, match="confidence"):
+        metrics.paired_bootstrap([1, 2], [1, 2], confidence=1.0)
+    with pytest.raises(TypeError, match="n_resamples"):
+        metrics.paired_bootstrap([1, 2], [1, 2], n_resamples=10.0)
 
 
 # --- the two summary plots -------------------------------------------------------------
