@@ -118,6 +118,44 @@ def kv_cache_bytes(
     return 2 * num_layers * batch * num_kv_heads * tokens * head_dim * bytes_per_value
 
 
+def generation_multiply_adds(config: LMConfig, n: int, use_cache: bool, batch: int = 1) -> int:
+    """Multiply-adds of the matrix products that generate ``n`` tokens one at a time.
+
+    Step ``t = 1 .. n`` either feeds one new token against ``t`` cached keys
+    (``use_cache=True``) or runs the whole prefix of ``t`` tokens again (``False``), as a
+    model without a cache must. Per token and layer the projections cost ``2 d (H D) +
+    2 d (Hkv D)`` and the feed-forward ``2 d d_ff``, and the tied output layer ``d V``; a
+    query attending over ``T`` keys costs ``2 T (H D)`` (``Q K^T`` and ``weights V``). A full
+    pass over ``T`` tokens computes all ``T x T`` scores, as masked dense attention does.
+    Sums: ``Theta(n d^2 + n^2 d)`` with the cache, ``Theta(n^2 d^2 + n^3 d)`` without.
+    Element-wise work (softmax, norms, rotations) is not counted.
+
+    >>> c = LMConfig(vocab_size=97)  # d = 128, 2 layers, d_ff = 384
+    >>> generation_multiply_adds(c, 1, True) == generation_multiply_adds(c, 1, False)
+    True
+    >>> generation_multiply_adds(c, 512, False) // generation_multiply_adds(c, 512, True)
+    280
+    """
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config must be an LMConfig, got {type(config).__name__}")
+    check_positive("n", n)
+    check_positive("batch", batch)
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache must be a bool, got {type(use_cache).__name__} {use_cache!r}")
+    c = config
+    q_width, kv_width = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    per_token = c.num_layers * (2 * c.d_model * q_width + 2 * c.d_model * kv_width)
+    per_token += c.num_layers * 2 * c.d_model * c.d_ff + c.d_model * c.vocab_size
+    attention = 2 * c.num_layers * q_width  # per query and key
+    total = 0
+    for t in range(1, n + 1):  # step t: the prefix holds t tokens
+        if use_cache:
+            total += per_token + attention * t  # one token, one query over t keys
+        else:
+            total += per_token * t + attention * t * t  # t tokens, t queries over t keys
+    return batch * total
+
+
 class KVCache:
     """The keys and values of every layer, ``(B, Hkv, T, D)`` each, grown one block at a time.
 
