@@ -199,7 +199,7 @@ def test_grounding_counts_a_peak_on_any_supporting_digit(data):
 
 def brute_force_on(glimpses, data, glimpse, on, templates):
     """The same count with the boxes chosen by hand: the named digit, or the answer's."""
-    hits = chance = counted = 0
+    hits = chance = digits = counted = 0
     for n, (q, s) in enumerate(zip(data.questions, data.scene_of, strict=True)):
         scene = data.scenes[s]
         if q.template not in templates:
@@ -216,7 +216,8 @@ def brute_force_on(glimpses, data, glimpse, on, templates):
         counted += 1
         hits += inside_any(boxes, *cell_centre(int(glimpses[n, glimpse].argmax()), 6))
         chance += sum(inside_any(boxes, *cell_centre(c, 6)) for c in range(36)) / 36
-    return hits / counted, chance / counted, counted
+        digits += sum(box in boxes for box in scene.boxes) / len(scene.boxes)  # a random digit
+    return hits / counted, chance / counted, digits / counted, counted
 
 
 @pytest.mark.parametrize("on", ["named", "answer"])
@@ -228,9 +229,10 @@ def test_grounding_on_the_named_digit_or_the_answer_equals_a_brute_force_count(o
     glimpses = torch.softmax(3 * torch.randn(len(data), 2, 36, generator=g), dim=-1)
     for k in (0, 1):
         got = vqa.grounding(glimpses, data, glimpse=k, on=on, templates=templates)
-        hit, chance, counted = brute_force_on(glimpses, data, k, on, templates)
+        hit, chance, digits, counted = brute_force_on(glimpses, data, k, on, templates)
         assert got["questions"] == counted > 0
         assert got["grounding"] == pytest.approx(hit) and got["chance"] == pytest.approx(chance)
+        assert got["digit_chance"] == pytest.approx(digits)
 
 
 def test_grounding_boxes_of_a_relational_question_split_named_and_answer():

@@ -373,9 +373,12 @@ def grounding(
     boxes count (:func:`grounding_boxes`: any supporting digit, the named one or the
     answer); ``templates`` keeps only questions of those templates (all by default).
     Returns ``{"grounding": share of the counted questions whose peak cell's centre lies in
-    one of their boxes, "chance": the mean share of the grid's cell centres inside them,
-    "questions": how many counted}``. The boxes of one scene never overlap, so a union's
-    share is the sum of its boxes'.
+    one of their boxes, "chance": the mean share of the grid's cell centres inside them (a
+    peak on a random cell), "digit_chance": the mean share of the scene's digits whose box
+    counts (a peak on a random digit, whatever the question), "questions": how many
+    counted}``. The boxes of one scene never overlap, so a union's share is the sum of its
+    boxes'. A glimpse that only seeks ink lands on some digit, so it beats ``chance`` by far
+    but ``digit_chance`` hardly at all.
     """
     check_tensor("glimpses", glimpses, dims=3)
     G = round(glimpses.shape[-1] ** 0.5)
@@ -388,10 +391,13 @@ def grounding(
     if templates is not None and not set(templates) <= set(TEMPLATES):
         raise ValueError(f"templates must be among {TEMPLATES}, got {templates!r}")
     size, grids, boxes, owner = tuple(data.images.shape[-2:]), [], [], []
+    digit_chance = torch.zeros(len(data))
     for n, (q, s) in enumerate(zip(data.questions, data.scene_of, strict=True)):
         if templates is not None and q.template not in templates:
             continue
-        for box in grounding_boxes(q, data.scenes[s], on):
+        chosen = grounding_boxes(q, data.scenes[s], on)
+        digit_chance[n] = len(chosen) / len(data.scenes[s].digits)
+        for box in chosen:
             grids.append(glimpses[n, glimpse].reshape(G, G))
             boxes.append(box)
             owner.append(n)
@@ -407,6 +413,7 @@ def grounding(
     return {
         "grounding": per_question[counted].mean().item(),
         "chance": chance_q[counted].mean().item(),
+        "digit_chance": digit_chance[counted].mean().item(),
         "questions": int(counted.sum()),
     }
 
