@@ -8,7 +8,7 @@ from torch import nn
 
 from course_utils.apps import vqa
 from course_utils.apps.captioning import ConvEncoder
-from course_utils.apps.questions import ANSWERS, make_questions, question_vocab
+from course_utils.apps.questions import ANSWERS, grounding_boxes, make_questions, question_vocab
 from course_utils.attention import MultiHeadAttention
 
 SIZES = dict(channels=8, d_model=16, emb_dim=8, attn_dim=12, num_heads=2)
@@ -239,13 +239,13 @@ def test_grounding_boxes_of_a_relational_question_split_named_and_answer():
     data = make_questions(40, "train", seed=5)
     for q, s in zip(data.questions, data.scene_of, strict=True):
         scene = data.scenes[s]
-        named = vqa.grounding_boxes(q, scene, "named")
-        answer = vqa.grounding_boxes(q, scene, "answer")
+        named = grounding_boxes(q, scene, "named")
+        answer = grounding_boxes(q, scene, "answer")
         if q.template in ("left", "right"):
             k = scene.digits.index(q.digit)
             step = -1 if q.template == "left" else 1
             assert named == [scene.boxes[k]] and answer == [scene.boxes[k + step]]
-            assert sorted(named + answer) == sorted(vqa.grounding_boxes(q, scene))
+            assert sorted(named + answer) == sorted(grounding_boxes(q, scene))
         if q.template == "count":
             assert named == answer == []
 

@@ -41,17 +41,17 @@ import torch
 from torch import nn
 
 from course_utils._validate import check_positive, check_tensor
-from course_utils.alignment import Box, region_chance, region_hits
+from course_utils.alignment import region_chance, region_hits
 from course_utils.apps.captioning import spatial_attend
 from course_utils.apps.questions import (
     ANSWERS,
     TEMPLATES,
-    Question,
     VQAData,
+    grounding_boxes,
     make_questions,
     question_vocab,
 )
-from course_utils.apps.scenes import CANVAS, DIGIT_WORDS, Scene
+from course_utils.apps.scenes import CANVAS
 from course_utils.attention import AdditiveScore, MultiHeadAttention
 
 KINDS = ("blind", "mean", "grid", "stacked", "coattention")
@@ -332,34 +332,6 @@ def predict(model: VQAModel, data: VQAData, batch_size: int = 500) -> tuple:
     return torch.cat(answers), None if glimpses[0] is None else torch.cat(glimpses)
 
 
-GROUNDING_ON = ("support", "named", "answer")
-
-
-def grounding_boxes(question: Question, scene: Scene, on: str = "support") -> list[Box]:
-    """The boxes of ``scene`` that a glimpse for ``question`` may peak on: ``on="support"``
-    every digit the question is about (``question.support``), ``"named"`` those of the
-    digit the question names (none for ``count``, ``largest``), ``"answer"`` those of the
-    digit that is the answer (none for yes / no and ``count``).
-
-    >>> from course_utils.apps.questions import every_question
-    >>> from course_utils.apps.scenes import make_scenes
-    >>> scene = make_scenes(1, split="train", seed=3)[0]  # digits 0 2 3 1, left to right
-    >>> q = [q for q in every_question(scene) if q.template == "left" and q.digit == 3][0]
-    >>> q.answer, q.support, grounding_boxes(q, scene, "named") == [scene.boxes[2]]
-    ('two', [1, 2], True)
-    """
-    if on not in GROUNDING_ON:
-        raise ValueError(f"on must be one of {GROUNDING_ON}, got {on!r}")
-    keep = {
-        "support": lambda k: True,
-        "named": lambda k: scene.digits[k] == question.digit,
-        "answer": lambda k: (
-            question.answer == DIGIT_WORDS[scene.digits[k]] and question.template != "count"
-        ),
-    }[on]
-    return [scene.boxes[k] for k in question.support if keep(k)]
-
-
 def grounding(
     glimpses: torch.Tensor,
     data: VQAData,
@@ -370,8 +342,8 @@ def grounding(
     """Where a glimpse peaks, over the questions that have boxes to peak on.
 
     ``glimpses`` (N, K, P) from :func:`predict`; ``glimpse`` which of the K; ``on`` which
-    boxes count (:func:`grounding_boxes`: any supporting digit, the named one or the
-    answer); ``templates`` keeps only questions of those templates (all by default).
+    boxes count (:func:`~course_utils.apps.questions.grounding_boxes`: any supporting digit,
+    the named one or the answer); ``templates`` keeps only questions of those templates (all by default).
     Returns ``{"grounding": share of the counted questions whose peak cell's centre lies in
     one of their boxes, "chance": the mean share of the grid's cell centres inside them (a
     peak on a random cell), "digit_chance": the mean share of the scene's digits whose box
