@@ -463,8 +463,15 @@ def audit(path: Path, results_dir: Path = RESULTS_DIR) -> list[str]:
                 f"{run['threads']} failed: {run['error']}"
             )
     matched: set[str] = set()
+    # A name that a literal call makes belongs to that call, not to an f-string call whose
+    # pattern happens to match it too ("accuracy, {name}" against "accuracy, uniform").
+    literal = {n for c in calls for n in recorded if c.pattern == re.escape(n)}
     for call in calls:
-        names = [n for n in recorded if re.fullmatch(call.pattern, n)]
+        names = [
+            n
+            for n in recorded
+            if re.fullmatch(call.pattern, n) and (n not in literal or call.pattern == re.escape(n))
+        ]
         where = f"{path.name} cell {call.cell}"
         if not names:
             if not any(re.fullmatch(call.pattern, n) for n in NOT_RECORDED):
