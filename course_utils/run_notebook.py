@@ -13,10 +13,11 @@ expires and pyzmq polls the socket one last time. With no timeout (papermill's a
 nbclient's default) that wait never ends; with a 900 s timeout the notebook simply takes
 900 s longer, which is how a 9 s notebook once took 909 s. Measured on a busy 2-core machine
 (2026-12-05, nbclient 0.11.0, pyzmq 27.3.0, ipykernel 7.4.0): 6 of 30 plain nbclient runs of
-notebook 02 had one explorer cell wait exactly its 120 s limit and then succeed; with
-nbclient's Output-widget mimic switched off, or with :class:`PromptKernelClient`, no cell of
-a 50-widget-cell notebook waited (0 of 100 cells each, against 10 of 150 with plain nbclient).
-nbval (a blocking client, no asyncio) and JupyterLab do not meet it.
+notebook 02 had one explorer cell wait exactly its 120 s limit and then succeed (1 of 6 of
+notebook 05), against 0 of 10 (and 0 of 6 of 05) through :func:`run_notebook`; in a notebook
+of 50 widget cells, 10 of 150 cells waited with plain nbclient, and none of 100 each with
+nbclient's Output-widget mimic switched off or with :class:`PromptKernelClient`.
+nbval (a blocking client, without asyncio) and JupyterLab have not shown it.
 
 What this module does about it
 ------------------------------
