@@ -3,6 +3,7 @@ past its limit fails fast, naming the notebook, the cell and the seconds waited.
 
 import asyncio
 import json
+import threading
 import time
 from queue import Empty
 
@@ -62,27 +63,46 @@ async def _timed_get(channel_class, timeout, send_first=True):
         ctx.term()
 
 
+def run_coroutine(coro):
+    """asyncio.run in a thread of its own: a test before this one in the same worker (the
+    browser tests' Playwright) may have left an event loop running on the main thread."""
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = asyncio.run(coro)
+        except BaseException as err:  # re-raised on the test's thread
+            outcome["error"] = err
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def test_stock_channel_sees_a_reply_with_a_lost_wakeup_only_when_its_timeout_expires():
     # The mechanism behind the 909 s run: the reply is found when the timeout fires
-    took, msg = asyncio.run(_timed_get(AsyncZMQSocketChannel, timeout=1.5))
+    took, msg = run_coroutine(_timed_get(AsyncZMQSocketChannel, timeout=1.5))
     assert took >= 1.5 and msg["msg_type"] == "execute_reply"
 
 
 def test_prompt_channel_finds_it_within_one_poll_interval_even_with_no_timeout():
-    took, msg = asyncio.run(_timed_get(rn.PromptChannel, timeout=None))
+    took, msg = run_coroutine(_timed_get(rn.PromptChannel, timeout=None))
     assert msg["msg_type"] == "execute_reply" and msg["content"] == {"status": "ok"}
     assert took < rn.PromptChannel.poll_interval + 0.5, took
 
 
 def test_prompt_channel_still_times_out_on_schedule_when_nothing_comes():
-    took, got = asyncio.run(_timed_get(rn.PromptChannel, timeout=1.2, send_first=False))
+    took, got = run_coroutine(_timed_get(rn.PromptChannel, timeout=1.2, send_first=False))
     assert isinstance(got, Empty)
     assert 1.2 <= took < 1.2 + rn.PromptChannel.poll_interval + 0.5, took
 
 
 def test_prompt_channel_rejects_a_negative_timeout():
     with pytest.raises(ValueError, match="timeout must be None or >= 0 seconds, got -1"):
-        asyncio.run(_timed_get(rn.PromptChannel, timeout=-1))
+        run_coroutine(_timed_get(rn.PromptChannel, timeout=-1))
 
 
 def test_prompt_kernel_client_uses_the_prompt_channel_for_shell_and_iopub():
