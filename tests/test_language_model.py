@@ -18,14 +18,12 @@ from course_utils.language_model import (
     DecoderLM,
     KVCache,
     LMConfig,
-    generation_multiply_adds,
-    kv_cache_bytes,
     load_lm,
     loss_per_position,
     save_lm,
     streaming_loss_per_position,
 )
-from course_utils.measure import count_multiply_adds
+from course_utils.measure import count_multiply_adds, generation_multiply_adds, kv_cache_bytes
 
 POSITIONS = ["rope", "alibi", "learned", "sinusoidal", "none"]
 
