@@ -303,3 +303,46 @@ def test_audit_catches_a_failed_run_and_a_missing_file(tmp_path):
     (tmp_path / "results" / "96.json").unlink()
     problems = robustness.audit(tmp_path / "notebooks" / "96_tiny.ipynb", tmp_path / "results")
     assert any("no recorded runs" in p for p in problems), problems
+
+
+def test_cores_are_shared_first_come_first_served_across_invocations(tmp_path):
+    # Two Cores objects on one folder stand for two invocations of the script. B starts
+    # waiting while A holds the only core; when A gives it back and asks again at once, B
+    # must get it first.
+    import threading
+    import time
+
+    a = robustness.Cores(1, tmp_path)
+    b = robustness.Cores(1, tmp_path)
+    order = []
+    held_a = a.take(1)
+
+    def b_waits():
+        held = b.take(1)
+        order.append("b")
+        time.sleep(0.3)
+        b.give(held)
+
+    waiter = threading.Thread(target=b_waits)
+    waiter.start()
+    time.sleep(0.5)  # B's ticket is in the queue
+    a.give(held_a)
+    held_a = a.take(1)  # queued behind B
+    order.append("a")
+    a.give(held_a)
+    waiter.join(timeout=10)
+    assert order == ["b", "a"]
+    assert not list(tmp_path.glob("ticket-*"))  # every ticket removed
+
+
+def test_audit_gives_a_literal_name_to_its_own_call_not_to_a_matching_f_string(tmp_path):
+    calls = (
+        "assert target('accuracy, uniform', 0.5, '<=', 0.7)\n"
+        "for name in ('learned',):\n"
+        "    assert target(f'accuracy, {name}', 1.0, '>=', 0.9)\n"
+    )
+    targets = {
+        "accuracy, uniform": recorded("<=", 0.7, [0.5] * 3),
+        "accuracy, learned": recorded(">=", 0.9, [1.0] * 3),
+    }
+    assert audit_case(tmp_path, calls, targets) == []
