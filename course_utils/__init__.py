@@ -63,7 +63,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets                               | targets             | 01,03-10,13-15,17  |
+| a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-17     |
+| running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                  |
 | greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-10      |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
 | attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |
@@ -75,7 +76,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | naive, tiled ("flash") and linear attention (any feature map)        | efficient           | 13                 |
 | Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
-| a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
+| a call's cost: peak memory, multiply-adds, Table 1, IO, a KV cache  | measure             | 04, 13, 17         |
 | head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
 | gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
 | deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                 |
