@@ -1,0 +1,47 @@
+"""Every notebook's asserted targets against its recorded runs (benchmarks/results/NN.json).
+
+The audit in ``benchmarks/robustness.py`` fails where a target has no recorded values, where
+its threshold differs from the recorded one, where a recorded run failed, or where the
+threshold rule does not hold (benchmarks/README.md: every run meets the threshold, which sits
+at least half the spread beyond the worst run). ``tests/test_robustness.py`` shows that the
+audit catches each of these cases.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("robustness", ROOT / "benchmarks" / "robustness.py")
+robustness = importlib.util.module_from_spec(spec)
+sys.modules.setdefault("robustness", robustness)
+spec.loader.exec_module(robustness)
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+# Notebooks whose 15 runs are still being recorded (issue 31). The list may only shrink: a
+# notebook leaves it in the commit that adds its results file (the last test checks).
+PENDING = {"01", "03", "04", "05", "06", "07", "08", "09", "10", "13", "14", "15", "16", "17"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_targets_are_recorded_and_keep_the_rule(path):
+    if path.name[:2] in PENDING:
+        pytest.skip(f"{path.name}: its recorded runs are still to come (PENDING)")
+    problems = robustness.audit(path)
+    assert not problems, "\n".join(problems)
+
+
+def test_pending_notebooks_have_no_results_yet():
+    recorded = {p.stem for p in (ROOT / "benchmarks" / "results").glob("*.json")}
+    assert not PENDING & recorded, f"recorded, so take them off PENDING: {PENDING & recorded}"
+
+
+def test_every_results_file_belongs_to_a_notebook():
+    numbers = {p.name[:2] for p in NOTEBOOKS}
+    stray = [
+        p.name for p in (ROOT / "benchmarks" / "results").glob("*.json") if p.stem not in numbers
+    ]
+    assert not stray, f"results files without a notebook: {stray}"
