@@ -508,12 +508,62 @@ def audit(path: Path, results_dir: Path = RESULTS_DIR) -> list[str]:
     return problems
 
 
+README_START = "<!-- recorded-targets:start (benchmarks/robustness.py --readme writes this) -->"
+README_END = "<!-- recorded-targets:end -->"
+
+
+def render_markdown(results_dir: Path = RESULTS_DIR) -> str:
+    """Every recorded notebook's targets as Markdown: one folded table per notebook."""
+    blocks = []
+    for path in sorted(results_dir.glob("*.json")):
+        results = json.loads(path.read_text())
+        runs = results["runs"]
+        seconds = [r["seconds"] for r in runs]
+        machines = ", ".join(dict.fromkeys(r["machine"] for r in runs))
+        seeds = sorted({r["seed"] for r in runs})
+        threads = sorted({r["threads"] for r in runs})
+        meta = results.get("recorded", {})
+        lines = [
+            f"<details><summary><code>{results['notebook'].removesuffix('.ipynb')}</code>: "
+            f"{len(results['targets'])} targets, {len(runs)} runs</summary>",
+            "",
+            f"Seeds {seeds[0]}-{seeds[-1]} x machines {machines} x {threads} thread(s), "
+            f"{min(seconds):.0f}-{max(seconds):.0f} s a run; {meta.get('cpu', '?')}, torch "
+            f"{meta.get('torch', '?')}, {meta.get('date', '?')}.",
+            "",
+            "| target | threshold | min | median | max | runs met |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, t in results["targets"].items():
+            values = [v for v in t["values"] if v is not None]
+            met = sum(OPERATORS[t["op"]](v, t["threshold"]) for v in values)
+            lo, mid, hi = min(values), statistics.median(values), max(values)
+            lines.append(
+                f"| {name} | {t['op']} {t['threshold']:g} | {lo:.4g} | {mid:.4g} | {hi:.4g} "
+                f"| {met}/{len(t['values'])} |"
+            )
+        blocks.append("\n".join(lines + ["", "</details>"]))
+    return "\n\n".join(blocks)
+
+
+def readme_with_results(readme: str, results_dir: Path = RESULTS_DIR) -> str:
+    """``readme`` with the text between its recorded-targets markers rendered anew."""
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the README has no {README_START!r} ... {README_END!r} section")
+    head = readme[: start + len(README_START)]
+    return f"{head}\n{render_markdown(results_dir)}\n{readme[end:]}"
+
+
 class Cores:
     """``total`` cores shared by runs: ``take(n)`` waits until n of them are free.
 
     Each core is a lock file in ``slots_dir`` (``flock``), so runs of several invocations of
-    this script at once share the cores too. A lock goes with the process that holds it, so a
-    killed run never leaves a core taken.
+    this script at once share the cores too. Waiting runs queue first come, first served: each
+    leaves a ticket file in the folder, and only the oldest live ticket may take cores, so an
+    invocation that gives a core back cannot take it again ahead of another one that has been
+    waiting. A lock goes with the process that holds it, and a ticket of a process that has
+    died is ignored, so a killed run never leaves a core taken or the queue stuck.
     """
 
     def __init__(self, total: int, slots_dir: Path = SLOTS_DIR):
@@ -542,12 +592,34 @@ class Cores:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def _first_in_queue(self, ticket: Path) -> bool:
+        waiting = []
+        for path in self.slots_dir.glob("ticket-*"):
+            pid = int(path.name.split("-")[2])
+            try:
+                os.kill(pid, 0)  # a dead process's ticket is ignored (and removed)
+            except ProcessLookupError:
+                path.unlink(missing_ok=True)
+                continue
+            except PermissionError:
+                pass  # alive, another user's
+            waiting.append(path.name)
+        return not waiting or min(waiting) == ticket.name
+
     def take(self, n: int) -> list[int]:
         n = min(n, self.total)  # a run wider than the machine runs alone
-        with self.changed:
-            while (held := self._try(n)) is None:
-                self.changed.wait(timeout=1.0)  # woken by give(), or polls other processes
-        return held
+        ticket = self.slots_dir / (
+            f"ticket-{time.time_ns():020d}-{os.getpid()}-{threading.get_ident()}"
+        )
+        ticket.touch()
+        try:
+            with self.changed:
+                while True:
+                    if self._first_in_queue(ticket) and (held := self._try(n)) is not None:
+                        return held
+                    self.changed.wait(timeout=0.5)  # woken by give(), or polls other processes
+        finally:
+            ticket.unlink(missing_ok=True)
 
     def give(self, held: list[int]) -> None:
         with self.changed:
@@ -597,6 +669,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run nothing: check the notebooks' targets against the recorded files and the rule",
     )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        help="run nothing: render the recorded files into this README's recorded-targets section",
+    )
     parser.add_argument("--json", type=Path, help="also write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep executed notebooks in this folder")
     args = parser.parse_args(argv)
@@ -604,6 +681,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if any(t < 1 for t in args.threads):
         parser.error(f"--threads must be positive, got {args.threads}")
+
+    if args.readme:
+        text = args.readme.read_text()
+        args.readme.write_text(readme_with_results(text, args.results_dir))
+        print(f"{args.readme}: recorded-targets section rendered from {args.results_dir}")
+        return 0
 
     if args.audit:
         paths = [p.resolve() for p in args.notebooks] or sorted(

@@ -303,3 +303,33 @@ def test_audit_catches_a_failed_run_and_a_missing_file(tmp_path):
     (tmp_path / "results" / "96.json").unlink()
     problems = robustness.audit(tmp_path / "notebooks" / "96_tiny.ipynb", tmp_path / "results")
     assert any("no recorded runs" in p for p in problems), problems
+
+
+def test_cores_are_shared_first_come_first_served_across_invocations(tmp_path):
+    # Two Cores objects on one folder stand for two invocations of the script. B starts
+    # waiting while A holds the only core; when A gives it back and asks again at once, B
+    # must get it first.
+    import threading
+    import time
+
+    a = robustness.Cores(1, tmp_path)
+    b = robustness.Cores(1, tmp_path)
+    order = []
+    held_a = a.take(1)
+
+    def b_waits():
+        held = b.take(1)
+        order.append("b")
+        time.sleep(0.3)
+        b.give(held)
+
+    waiter = threading.Thread(target=b_waits)
+    waiter.start()
+    time.sleep(0.5)  # B's ticket is in the queue
+    a.give(held_a)
+    held_a = a.take(1)  # queued behind B
+    order.append("a")
+    a.give(held_a)
+    waiter.join(timeout=10)
+    assert order == ["b", "a"]
+    assert not list(tmp_path.glob("ticket-*"))  # every ticket removed
