@@ -78,6 +78,23 @@ MACHINES: dict[str, dict[str, str]] = {
 MACHINE_VARS = sorted({name for env in MACHINES.values() for name in env})
 
 
+# papermill through its Python API, with course_utils.run_notebook's kernel manager: plain
+# nbclient sometimes misses a cell's reply after a widget cell and sleeps until the cell's
+# timeout (course_utils/run_notebook.py says why); this client finds it within half a second.
+PAPERMILL = """\
+import sys
+import papermill
+from course_utils.run_notebook import PromptKernelManager
+
+source, output, cwd, seed, threads, timeout = sys.argv[1:]
+papermill.execute_notebook(
+    source, output, parameters={"SEED": int(seed), "THREADS": int(threads)}, cwd=cwd,
+    kernel_name="python3", progress_bar=False, execution_timeout=int(timeout),
+    kernel_manager_class=PromptKernelManager,
+)
+"""
+
+
 @dataclass
 class Run:
     notebook: str
@@ -148,9 +165,9 @@ def run_one(
     """Execute ``path`` once with papermill; return its targets and how it ended.
 
     ``timeout`` limits each cell (papermill's own limit). ``run_timeout`` limits the whole
-    run: papermill (nbclient 0.11) can wait forever for a kernel that has gone idle (seen here
-    in 2 of 8 runs of notebook 05, at its widget cells), and its cell limit does not catch
-    that.
+    run, a backstop: with plain nbclient a run could sleep through a cell's whole limit after a
+    widget cell (seen here in notebooks 02, 04, 05, 09 and 15); :data:`PAPERMILL` uses
+    ``course_utils.run_notebook.PromptKernelManager``, which does not.
     """
     run = Run(path.name, seed, threads, machine)
     tag = f"{path.stem}-seed{seed}-threads{threads}-{machine}"
@@ -163,22 +180,13 @@ def run_one(
     env["PYTHONUNBUFFERED"] = "1"
     command = [
         sys.executable,
-        "-m",
-        "papermill",
+        "-c",
+        PAPERMILL,
         str(path),
         str(workdir / f"{tag}.ipynb"),
-        "-p",
-        "SEED",
-        str(seed),
-        "-p",
-        "THREADS",
-        str(threads),
-        "--cwd",
         str(path.parent),
-        "--kernel",
-        "python3",
-        "--no-progress-bar",
-        "--execution-timeout",
+        str(seed),
+        str(threads),
         str(timeout),
     ]
     start = time.perf_counter()
@@ -463,8 +471,15 @@ def audit(path: Path, results_dir: Path = RESULTS_DIR) -> list[str]:
                 f"{run['threads']} failed: {run['error']}"
             )
     matched: set[str] = set()
+    # A name that a literal call makes belongs to that call, not to an f-string call whose
+    # pattern happens to match it too ("accuracy, {name}" against "accuracy, uniform").
+    literal = {n for c in calls for n in recorded if c.pattern == re.escape(n)}
     for call in calls:
-        names = [n for n in recorded if re.fullmatch(call.pattern, n)]
+        names = [
+            n
+            for n in recorded
+            if re.fullmatch(call.pattern, n) and (n not in literal or call.pattern == re.escape(n))
+        ]
         where = f"{path.name} cell {call.cell}"
         if not names:
             if not any(re.fullmatch(call.pattern, n) for n in NOT_RECORDED):
@@ -651,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
         "most this, counted across every invocation that shares --slots-dir",
     )
     parser.add_argument("--slots-dir", type=Path, default=SLOTS_DIR, help=argparse.SUPPRESS)
-    parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     parser.add_argument(
         "--run-timeout",
         type=int,

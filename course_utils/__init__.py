@@ -63,7 +63,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets                               | targets             | 01,03-10,13-15,17  |
+| a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-17     |
+| running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                  |
 | greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-10      |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
 | attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |

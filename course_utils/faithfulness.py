@@ -11,8 +11,9 @@ output needs. Two ways to put that to the test, for any model read as a function
   attention distribution ``alpha`` over the tokens: :func:`permuted_outputs` shuffles
   ``alpha`` among the real tokens, and :func:`adversarial_attention` searches for an
   ``alpha'`` as far from ``alpha`` as it can get (:func:`js_divergence`) while the output
-  moves by at most ``epsilon``. If a very different attention gives the same output, the
-  attention was not *the* explanation of that output.
+  moves by at most ``epsilon``, and reports per row whether it found one or fell back to
+  ``alpha``. If a very different attention gives the same output, the attention was not
+  *the* explanation of that output.
 
 Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``L`` tokens); masks are
 ``True`` at real tokens.
@@ -21,6 +22,7 @@ Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``L`` tokens); ma
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -143,6 +145,23 @@ def permuted_outputs(
     return torch.stack(outs)
 
 
+class Adversary(NamedTuple):
+    """What :func:`adversarial_attention` found, one row per sentence.
+
+    - ``attention (B, L)``: the farthest ``alpha'`` seen that kept the output within
+      ``epsilon``, or ``alpha`` itself where no candidate did;
+    - ``found (B,)``: ``True`` where such an ``alpha'`` other than ``alpha`` was found,
+      ``False`` where the row fell back to ``alpha``;
+    - ``jsd (B,)``: ``JSD(alpha, attention)``, 0 on the rows that fell back;
+    - ``moved (B,)``: ``|f(attention) - f(alpha)|``, at most ``epsilon`` on every row.
+    """
+
+    attention: torch.Tensor
+    found: torch.Tensor
+    jsd: torch.Tensor
+    moved: torch.Tensor
+
+
 def adversarial_attention(
     f: OutputFn,
     alpha: torch.Tensor,
@@ -152,15 +171,28 @@ def adversarial_attention(
     lr: float = 0.2,
     penalty: float = 10.0,
     seed: int = 0,
-) -> torch.Tensor:
+) -> Adversary:
     """An attention ``alpha' (B, L)`` far from ``alpha`` whose output stays within ``epsilon``.
 
     Jain & Wallace's search: maximise ``JSD(alpha, alpha')`` minus ``penalty`` times how far
     ``|f(alpha') - f(alpha)|`` exceeds ``epsilon``, with ``alpha' = softmax(z)`` over the
     real tokens and ``z`` free logits (seeded random start), by Adam for ``steps`` steps.
-    Returns, per row, the ``alpha'`` of largest divergence among those seen that kept the
-    output within ``epsilon`` (``alpha`` itself if none did), so the constraint holds for
-    every row returned; ``f`` must be differentiable.
+    Keeps, per row, the ``alpha'`` of largest divergence among those seen that kept the
+    output within ``epsilon``; a row where none did falls back to ``alpha`` itself, and the
+    returned :class:`Adversary` says which rows did (``found``) and how far each returned
+    attention lies from ``alpha`` (``jsd``). So the constraint holds on every row, and only
+    ``found`` and ``jsd`` say whether the search succeeded. The search is local (it can
+    climb to a lesser far point than the farthest), so ``jsd`` is a lower bound on how far
+    an attention that keeps the output can lie. ``f`` must be differentiable.
+
+    >>> f = lambda a: a[:, 0]  # reads the weight on the first token only
+    >>> mask = torch.tensor([[True, True, True], [True, False, False]])
+    >>> alpha = torch.tensor([[0.5, 0.25, 0.25], [1.0, 0.0, 0.0]])
+    >>> adv = adversarial_attention(f, alpha, mask)
+    >>> adv.found  # the second sentence has one real token: no other attention exists
+    tensor([ True, False])
+    >>> adv.jsd[1].item()
+    0.0
     """
     _check_pair("alpha", alpha, mask)
     check_positive("steps", steps)
@@ -173,7 +205,10 @@ def adversarial_attention(
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(alpha.shape, generator=g).to(alpha).requires_grad_(True)
     optimizer = torch.optim.Adam([z], lr=lr)
-    best, best_jsd = alpha.clone(), torch.zeros(alpha.shape[0], device=alpha.device)
+    best = alpha.clone()
+    best_jsd = alpha.new_zeros(alpha.shape[0])  # (B,), in alpha's dtype and on its device
+    best_moved = alpha.new_zeros(alpha.shape[0])
+    found = torch.zeros(alpha.shape[0], dtype=torch.bool, device=alpha.device)
     with torch.enable_grad():
         for _ in range(steps):
             candidate = torch.softmax(z.masked_fill(~mask, float("-inf")), dim=-1)
@@ -182,8 +217,10 @@ def adversarial_attention(
             with torch.no_grad():  # keep the farthest candidate that meets the constraint
                 better = (moved <= epsilon) & (jsd > best_jsd)
                 best[better], best_jsd[better] = candidate[better], jsd[better]
+                best_moved[better] = moved[better]
+                found |= better
             objective = jsd - penalty * (moved - epsilon).clamp(min=0)
             optimizer.zero_grad()
             (-objective.sum()).backward()
             optimizer.step()
-    return best
+    return Adversary(best, found, best_jsd.detach(), best_moved.detach())

@@ -78,19 +78,20 @@ def test_co_attention_block_equals_library(nb, seed):
 
 
 @pytest.mark.parametrize(
-    "kind, glimpses", [("none", 1), ("stacked", 1), ("stacked", 3), ("coattention", 1)]
+    "kind, glimpses",
+    [("blind", 1), ("mean", 1), ("grid", 1), ("stacked", 1), ("stacked", 3), ("coattention", 1)],
 )
 def test_vqa_net_equals_the_library_model(nb, data, kind, glimpses):
     v = question_vocab()
     torch.manual_seed(glimpses)
     ours = nb["VQANet"](len(v), v.pad_id, kind, glimpses, **SIZES).eval()
-    library = vqa.build_model(kind != "none", kind, glimpses=glimpses, **SIZES).eval()
+    library = vqa.build_model(kind in vqa.ATTENDING, kind, glimpses=glimpses, **SIZES).eval()
     library.load_state_dict(ours.state_dict())  # same parameters, same names
     batch = data.batch(list(range(len(data))))
     logits, weights = ours(batch.features, batch.questions)
     expected, expected_weights, _ = library.forward_with_attention(batch.features, batch.questions)
     torch.testing.assert_close(logits, expected)
-    if kind == "none":
+    if kind not in vqa.ATTENDING:
         assert weights is None and expected_weights is None
     else:
         torch.testing.assert_close(weights, expected_weights)

@@ -333,3 +333,16 @@ def test_cores_are_shared_first_come_first_served_across_invocations(tmp_path):
     waiter.join(timeout=10)
     assert order == ["b", "a"]
     assert not list(tmp_path.glob("ticket-*"))  # every ticket removed
+
+
+def test_audit_gives_a_literal_name_to_its_own_call_not_to_a_matching_f_string(tmp_path):
+    calls = (
+        "assert target('accuracy, uniform', 0.5, '<=', 0.7)\n"
+        "for name in ('learned',):\n"
+        "    assert target(f'accuracy, {name}', 1.0, '>=', 0.9)\n"
+    )
+    targets = {
+        "accuracy, uniform": recorded("<=", 0.7, [0.5] * 3),
+        "accuracy, learned": recorded(">=", 0.9, [1.0] * 3),
+    }
+    assert audit_case(tmp_path, calls, targets) == []

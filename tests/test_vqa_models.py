@@ -8,16 +8,16 @@ from torch import nn
 
 from course_utils.apps import vqa
 from course_utils.apps.captioning import ConvEncoder
-from course_utils.apps.questions import ANSWERS, make_questions, question_vocab
+from course_utils.apps.questions import ANSWERS, grounding_boxes, make_questions, question_vocab
 from course_utils.attention import MultiHeadAttention
 
 SIZES = dict(channels=8, d_model=16, emb_dim=8, attn_dim=12, num_heads=2)
-KINDS = [("none", 1), ("stacked", 1), ("stacked", 2), ("coattention", 1)]
+KINDS = [("blind", 1), ("mean", 1), ("grid", 1), ("stacked", 1), ("stacked", 2), ("coattention", 1)]
 
 
 def model(kind, glimpses=1, seed=0):
     torch.manual_seed(seed)
-    return vqa.build_model(kind != "none", kind, glimpses=glimpses, **SIZES).eval()
+    return vqa.build_model(kind in vqa.ATTENDING, kind, glimpses=glimpses, **SIZES).eval()
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_glimpses_sum_to_one_over_regions_and_logits_have_every_answer(data, kin
     batch = data.batch(list(range(len(data))))
     logits, g, block = m.forward_with_attention(batch.features, batch.questions)
     assert logits.shape == (len(data), len(ANSWERS))
-    if kind == "none":
+    if kind not in vqa.ATTENDING:
         assert g is None and block is None
         return
     assert g.shape == (len(data), glimpses, batch.features.shape[1])
@@ -92,7 +92,7 @@ def test_padding_a_question_changes_nothing(data, kind, glimpses):
                                      batch.questions[short : short + 1, : lengths[short]])  # fmt: skip
     padded = m.forward_with_attention(batch.features, batch.questions)
     torch.testing.assert_close(alone[0][0], padded[0][short])
-    if kind != "none":
+    if kind in vqa.ATTENDING:
         torch.testing.assert_close(alone[1][0], padded[1][short])
 
 
@@ -113,8 +113,8 @@ def test_stacked_glimpses_refine_the_query_as_written():
     torch.testing.assert_close(logits, m.classifier(u))
 
 
-def test_no_attention_model_sees_only_the_mean_region():
-    m = model("none", seed=6)
+def test_mean_model_sees_only_the_mean_region():
+    m = model("mean", seed=6)
     torch.manual_seed(6)
     features, questions = torch.randn(2, 9, SIZES["channels"]), torch.tensor([[4, 5], [6, 7]])
     _, q, _ = m.question(questions)
@@ -124,6 +124,32 @@ def test_no_attention_model_sees_only_the_mean_region():
     torch.testing.assert_close(m(features, questions), m(shuffled, questions))  # blind to where
     attending = model("stacked", 1, seed=6)
     assert not torch.allclose(attending(features, questions), attending(shuffled, questions))
+
+
+def test_blind_model_never_reads_the_image():
+    m = model("blind", seed=7)
+    torch.manual_seed(7)
+    features, questions = torch.randn(2, 36, SIZES["channels"]), torch.tensor([[4, 5], [6, 7]])
+    _, q, _ = m.question(questions)
+    torch.testing.assert_close(m(features, questions), m.classifier(q))
+    torch.testing.assert_close(m(features, questions), m(torch.randn_like(features), questions))
+
+
+def test_grid_model_flattens_every_cell_in_its_own_slot():
+    m = model("grid", seed=8)
+    torch.manual_seed(8)
+    features, questions = torch.randn(2, 36, SIZES["channels"]), torch.tensor([[4, 5], [6, 7]])
+    _, q, _ = m.question(questions)
+    regions = m.embed_regions(features)  # (B, P, E)
+    cells = [regions[:, p] @ m.squeeze.weight.T + m.squeeze.bias for p in range(36)]  # P x (B, D)
+    flat = torch.cat(cells, dim=-1)  # slot p holds cell p's numbers
+    torch.testing.assert_close(m(features, questions), m.classifier(torch.cat([flat, q], -1)))
+    assert m.classifier[0].in_features == 36 * m.config.cell_dim + SIZES["d_model"]
+    swapped = features.clone()
+    swapped[:, [0, 35]] = features[:, [35, 0]]  # the same cells, two of them moved
+    assert not torch.allclose(m(features, questions), m(swapped, questions))  # it sees where
+    with pytest.raises(ValueError, match="reads exactly P = 36 regions"):
+        m(features[:, :9], questions)
 
 
 def cell_centre(cell, G):
@@ -171,12 +197,65 @@ def test_grounding_counts_a_peak_on_any_supporting_digit(data):
     assert vqa.grounding(glimpses, data)["grounding"] == pytest.approx(reachable / counted)
 
 
+def brute_force_on(glimpses, data, glimpse, on, templates):
+    """The same count with the boxes chosen by hand: the named digit, or the answer's."""
+    hits = chance = digits = counted = 0
+    for n, (q, s) in enumerate(zip(data.questions, data.scene_of, strict=True)):
+        scene = data.scenes[s]
+        if q.template not in templates:
+            continue
+        if on == "named":
+            boxes = [scene.boxes[k] for k in q.support if scene.digits[k] == q.digit]
+        else:
+            words = [ANSWERS[d] for d in scene.digits]
+            boxes = [
+                scene.boxes[k] for k in q.support if words[k] == q.answer and q.template != "count"
+            ]
+        if not boxes:
+            continue
+        counted += 1
+        hits += inside_any(boxes, *cell_centre(int(glimpses[n, glimpse].argmax()), 6))
+        chance += sum(inside_any(boxes, *cell_centre(c, 6)) for c in range(36)) / 36
+        digits += sum(box in boxes for box in scene.boxes) / len(scene.boxes)  # a random digit
+    return hits / counted, chance / counted, digits / counted, counted
+
+
+@pytest.mark.parametrize("on", ["named", "answer"])
+@pytest.mark.parametrize("templates", [("left", "right"), ("left", "right", "exists", "largest")])
+def test_grounding_on_the_named_digit_or_the_answer_equals_a_brute_force_count(on, templates):
+    torch.manual_seed(9)
+    data = make_questions(60, "train", seed=4).encode(ConvEncoder(SIZES["channels"]))
+    g = torch.Generator().manual_seed(9)
+    glimpses = torch.softmax(3 * torch.randn(len(data), 2, 36, generator=g), dim=-1)
+    for k in (0, 1):
+        got = vqa.grounding(glimpses, data, glimpse=k, on=on, templates=templates)
+        hit, chance, digits, counted = brute_force_on(glimpses, data, k, on, templates)
+        assert got["questions"] == counted > 0
+        assert got["grounding"] == pytest.approx(hit) and got["chance"] == pytest.approx(chance)
+        assert got["digit_chance"] == pytest.approx(digits)
+
+
+def test_grounding_boxes_of_a_relational_question_split_named_and_answer():
+    data = make_questions(40, "train", seed=5)
+    for q, s in zip(data.questions, data.scene_of, strict=True):
+        scene = data.scenes[s]
+        named = grounding_boxes(q, scene, "named")
+        answer = grounding_boxes(q, scene, "answer")
+        if q.template in ("left", "right"):
+            k = scene.digits.index(q.digit)
+            step = -1 if q.template == "left" else 1
+            assert named == [scene.boxes[k]] and answer == [scene.boxes[k + step]]
+            assert sorted(named + answer) == sorted(grounding_boxes(q, scene))
+        if q.template == "count":
+            assert named == answer == []
+
+
 def test_evaluate_reports_accuracy_per_template_and_grounding(data):
     out = vqa.evaluate(model("stacked", 2), data)
     assert 0 <= out["accuracy"] <= 1 and "grounding" in out and "chance" in out
     templates = {q.template for q in data.questions}
     assert {k for k in out if k.startswith("accuracy_")} == {f"accuracy_{t}" for t in templates}
-    assert "grounding" not in vqa.evaluate(model("none"), data)
+    assert "grounding" not in vqa.evaluate(model("mean"), data)
 
 
 def test_splits_follow_the_application_protocol():
@@ -190,6 +269,10 @@ def test_bad_input_gets_clear_errors(data):
         vqa.build_model("yes")
     with pytest.raises(ValueError, match="contradicts"):
         vqa.build_model(False, "stacked")
+    with pytest.raises(ValueError, match="contradicts"):
+        vqa.build_model(True, "grid")
+    with pytest.raises(ValueError, match="attention must be one of"):
+        vqa.build_model(False, "none")
     with pytest.raises(ValueError, match="attention must be one of"):
         vqa.VQAConfig(10, 0, attention="spatial")
     with pytest.raises(ValueError, match="glimpses must be"):
@@ -210,5 +293,11 @@ def test_bad_input_gets_clear_errors(data):
         m(batch.features, batch.questions.float())
     with pytest.raises(ValueError, match=r"glimpses must be \(N=12"):
         vqa.grounding(torch.rand(3, 1, 36), data)
+    with pytest.raises(ValueError, match="on must be one of"):
+        vqa.grounding(torch.rand(12, 1, 36), data, on="box")
+    with pytest.raises(ValueError, match="glimpse must index one of K=1"):
+        vqa.grounding(torch.rand(12, 1, 36), data, glimpse=1)
+    with pytest.raises(ValueError, match="templates must be among"):
+        vqa.grounding(torch.rand(12, 1, 36), data, templates=("where",))
     with pytest.raises(TypeError, match="data must be VQAData"):
         vqa.predict(m, [batch])

@@ -120,6 +120,32 @@ def every_question(scene: Scene) -> list[Question]:
     return out
 
 
+GROUNDING_ON = ("support", "named", "answer")
+
+
+def grounding_boxes(question: Question, scene: Scene, on: str = "support") -> list[tuple]:
+    """The boxes of ``scene`` that a glimpse for ``question`` may peak on: ``on="support"``
+    every digit the question is about (``question.support``), ``"named"`` those of the
+    digit the question names (none for ``count``, ``largest``), ``"answer"`` those of the
+    digit that is the answer (none for yes / no and ``count``).
+
+    >>> scene = make_scenes(1, split="train", seed=3)[0]  # digits 0 2 3 1, left to right
+    >>> q = [q for q in every_question(scene) if q.template == "left" and q.digit == 3][0]
+    >>> q.answer, q.support, grounding_boxes(q, scene, "named") == [scene.boxes[2]]
+    ('two', [1, 2], True)
+    """
+    if on not in GROUNDING_ON:
+        raise ValueError(f"on must be one of {GROUNDING_ON}, got {on!r}")
+    keep = {
+        "support": lambda k: True,
+        "named": lambda k: scene.digits[k] == question.digit,
+        "answer": lambda k: (
+            question.answer == DIGIT_WORDS[scene.digits[k]] and question.template != "count"
+        ),
+    }[on]
+    return [scene.boxes[k] for k in question.support if keep(k)]
+
+
 def ask(scene: Scene, rng: np.random.Generator, n: int = 1) -> list[Question]:
     """Up to ``n`` questions about ``scene``, each of another template, never a
     :data:`HELD_OUT` pair: the templates drawn uniformly (without replacement) among those it

@@ -4,10 +4,21 @@
 The image goes through notebook 09's CNN (:class:`~course_utils.apps.captioning.ConvEncoder`,
 a ``G x G`` grid of ``P = G * G`` cells), each cell projected to ``d_model`` numbers: the
 **regions**. A GRU reads the question (:class:`QuestionEncoder`): one vector per word and a
-summary ``q``. Then the model combines them in one of three ways (``VQAConfig.attention``):
+summary ``q``. Then the model combines them in one of five ways (``VQAConfig.attention``).
+Three baselines do not attend:
 
-* ``"none"``: the mean of the regions next to ``q``, into a small classifier: the baseline
-  that sees the image through one pooled vector;
+* ``"blind"``: ``q`` alone into the classifier, the image unused: the question-only model
+  of Antol et al. (2015) and Goyal et al. (2017), which measures how much the answers'
+  priors give away;
+* ``"mean"``: the mean of the regions next to ``q``: the image through one pooled vector,
+  which holds what is there but not where;
+* ``"grid"``: every region squeezed to ``cell_dim`` numbers and the whole grid flattened
+  next to ``q``, into an MLP: it keeps where each thing is (a cell's slot in the flat
+  vector), but the question can only meet the image in the MLP's hidden layer (the
+  "revisiting VQA baselines" kind of model, Jabri, Joulin and van der Maaten, 2016).
+
+Two attend:
+
 * ``"stacked"`` (stacked attention networks, Yang et al., 2016): ``u_0 = q``; each of
   ``glimpses`` steps scores every region against ``u`` (additive attention, notebook 09's
   :func:`~course_utils.apps.captioning.spatial_attend`), reads the weighted mean ``c_k`` and
@@ -36,13 +47,15 @@ from course_utils.apps.questions import (
     ANSWERS,
     TEMPLATES,
     VQAData,
+    grounding_boxes,
     make_questions,
     question_vocab,
 )
 from course_utils.apps.scenes import CANVAS
 from course_utils.attention import AdditiveScore, MultiHeadAttention
 
-KINDS = ("none", "stacked", "coattention")
+KINDS = ("blind", "mean", "grid", "stacked", "coattention")
+ATTENDING = ("stacked", "coattention")
 
 
 @dataclass
@@ -59,13 +72,14 @@ class VQAConfig:
     emb_dim: int = 32  # word embeddings
     attn_dim: int = 64  # the additive score's hidden size
     num_heads: int = 4  # the co-attention block's
+    cell_dim: int = 8  # the "grid" model's numbers per region
     n_answers: int = len(ANSWERS)
 
     def __post_init__(self) -> None:
         if self.attention not in KINDS:
             raise ValueError(f"attention must be one of {KINDS}, got {self.attention!r}")
         for name in ("vocab_size", "glimpses", "image_size", "channels", "d_model", "emb_dim",
-                     "attn_dim", "num_heads", "n_answers"):  # fmt: skip
+                     "attn_dim", "num_heads", "cell_dim", "n_answers"):  # fmt: skip
             check_positive(name, getattr(self, name))
         if self.image_size % 8:
             raise ValueError(f"image_size must be a multiple of 8, got {self.image_size}")
@@ -192,17 +206,24 @@ class VQAModel(nn.Module):
     def __init__(self, config: VQAConfig):
         super().__init__()
         c = self.config = config
-        # The CNN's features (ReLU outputs, some large) are normalised, then projected
-        self.regions = nn.Sequential(nn.LayerNorm(c.channels), nn.Linear(c.channels, c.d_model))
-        self.where = nn.Linear(2, c.d_model, bias=False)  # a cell's (row, column) -> (E,)
+        if c.attention != "blind":  # the question-only model has no use for the image
+            # The CNN's features (ReLU outputs, some large) are normalised, then projected
+            self.regions = nn.Sequential(nn.LayerNorm(c.channels), nn.Linear(c.channels, c.d_model))
+            self.where = nn.Linear(2, c.d_model, bias=False)  # a cell's (row, column) -> (E,)
         self.question = QuestionEncoder(c.vocab_size, c.emb_dim, c.d_model, c.pad_id)
-        n_glimpses = {"none": 0, "stacked": c.glimpses, "coattention": 1}[c.attention]
+        n_glimpses = {"stacked": c.glimpses, "coattention": 1}.get(c.attention, 0)
         self.scores = nn.ModuleList(
             AdditiveScore(c.d_model, c.d_model, c.attn_dim) for _ in range(n_glimpses)
         )
         if c.attention == "coattention":
             self.block = CoAttention(c.d_model, c.num_heads)
-        width = c.d_model if c.attention == "stacked" else 2 * c.d_model
+        if c.attention == "grid":
+            self.squeeze = nn.Linear(c.d_model, c.cell_dim)  # each region -> cell_dim numbers
+        width = {
+            "blind": c.d_model,
+            "stacked": c.d_model,
+            "grid": c.grid**2 * c.cell_dim + c.d_model,
+        }.get(c.attention, 2 * c.d_model)
         self.classifier = nn.Sequential(
             nn.Linear(width, c.d_model), nn.ReLU(), nn.Linear(c.d_model, c.n_answers)
         )
@@ -210,6 +231,8 @@ class VQAModel(nn.Module):
     def embed_regions(self, features: torch.Tensor) -> torch.Tensor:
         """``features`` (B, P, C) of a square grid -> regions (B, P, E): each cell's features,
         normalised and projected, plus a learned vector of its (row, column) in [-1, 1]."""
+        if self.config.attention == "blind":
+            raise ValueError("the blind (question-only) model has no regions")
         G = round(features.shape[1] ** 0.5)
         side = torch.linspace(-1, 1, G, device=features.device)
         cells = torch.stack(torch.meshgrid(side, side, indexing="ij"), dim=-1)  # (G, G, 2)
@@ -227,10 +250,20 @@ class VQAModel(nn.Module):
                 f"features must be (B, P, C={self.config.channels}) with B = {q.shape[0]} "
                 f"questions, got {tuple(features.shape)}"
             )
-        regions = self.embed_regions(features)  # (B, P, C) -> (B, P, E)
         kind = self.config.attention
-        if kind == "none":
+        if kind == "blind":
+            return self.classifier(q), None, None  # the image is never read
+        regions = self.embed_regions(features)  # (B, P, C) -> (B, P, E)
+        if kind == "mean":
             return self.classifier(torch.cat([regions.mean(dim=1), q], dim=-1)), None, None
+        if kind == "grid":
+            if regions.shape[1] != self.config.grid**2:
+                raise ValueError(
+                    f"the grid model reads exactly P = {self.config.grid**2} regions, got "
+                    f"features {tuple(features.shape)}"
+                )
+            flat = self.squeeze(regions).flatten(1)  # (B, P * cell_dim): cell k in slot k
+            return self.classifier(torch.cat([flat, q], dim=-1)), None, None
         block = None
         if kind == "coattention":
             _, regions, w2r, r2w = self.block(words, regions, mask)
@@ -267,11 +300,14 @@ def make_splits(
 
 def build_model(attention: bool, kind: str | None = None, **sizes: object) -> VQAModel:
     """A model with attention (``kind`` "stacked" by default, or "coattention") or without
-    (``attention=False``: "none"); ``sizes`` go to :class:`VQAConfig` (``glimpses=1``...)."""
+    (``attention=False``: "mean" by default, "grid" or "blind"); ``sizes`` go to
+    :class:`VQAConfig` (``glimpses=1``...)."""
     if not isinstance(attention, bool):
         raise TypeError(f"attention must be a bool, got {attention!r}")
-    kind = kind or ("stacked" if attention else "none")
-    if (kind != "none") != attention:
+    kind = kind or ("stacked" if attention else "mean")
+    if kind not in KINDS:
+        raise ValueError(f"attention must be one of {KINDS}, got kind={kind!r}")
+    if (kind in ATTENDING) != attention:
         raise ValueError(f"attention={attention} contradicts kind={kind!r}")
     v = question_vocab()
     return VQAModel(VQAConfig(len(v), v.pad_id, attention=kind, **sizes))
@@ -296,13 +332,25 @@ def predict(model: VQAModel, data: VQAData, batch_size: int = 500) -> tuple:
     return torch.cat(answers), None if glimpses[0] is None else torch.cat(glimpses)
 
 
-def grounding(glimpses: torch.Tensor, data: VQAData, glimpse: int = -1) -> dict[str, float]:
-    """Where a glimpse peaks, over the questions that have supporting digits.
+def grounding(
+    glimpses: torch.Tensor,
+    data: VQAData,
+    glimpse: int = -1,
+    on: str = "support",
+    templates: tuple[str, ...] | None = None,
+) -> dict[str, float]:
+    """Where a glimpse peaks, over the questions that have boxes to peak on.
 
-    ``glimpses`` (N, K, P) from :func:`predict`. Returns ``{"grounding": share of those
-    questions whose peak cell's centre lies in one of its supporting boxes, "chance": the
-    mean share of the grid's cell centres inside them, "questions": how many counted}``.
-    The boxes of one scene never overlap, so a union's share is the sum of its boxes'.
+    ``glimpses`` (N, K, P) from :func:`predict`; ``glimpse`` which of the K; ``on`` which
+    boxes count (:func:`~course_utils.apps.questions.grounding_boxes`: any supporting digit,
+    the named one or the answer); ``templates`` keeps only questions of those templates (all by default).
+    Returns ``{"grounding": share of the counted questions whose peak cell's centre lies in
+    one of their boxes, "chance": the mean share of the grid's cell centres inside them (a
+    peak on a random cell), "digit_chance": the mean share of the scene's digits whose box
+    counts (a peak on a random digit, whatever the question), "questions": how many
+    counted}``. The boxes of one scene never overlap, so a union's share is the sum of its
+    boxes'. A glimpse that only seeks ink lands on some digit, so it beats ``chance`` by far
+    but ``digit_chance`` hardly at all.
     """
     check_tensor("glimpses", glimpses, dims=3)
     G = round(glimpses.shape[-1] ** 0.5)
@@ -310,14 +358,23 @@ def grounding(glimpses: torch.Tensor, data: VQAData, glimpse: int = -1) -> dict[
         raise ValueError(
             f"glimpses must be (N={len(data)}, K, P) with P a square, got {tuple(glimpses.shape)}"
         )
+    if not -glimpses.shape[1] <= glimpse < glimpses.shape[1]:
+        raise ValueError(f"glimpse must index one of K={glimpses.shape[1]}, got {glimpse}")
+    if templates is not None and not set(templates) <= set(TEMPLATES):
+        raise ValueError(f"templates must be among {TEMPLATES}, got {templates!r}")
     size, grids, boxes, owner = tuple(data.images.shape[-2:]), [], [], []
+    digit_chance = torch.zeros(len(data))
     for n, (q, s) in enumerate(zip(data.questions, data.scene_of, strict=True)):
-        for k in q.support:
+        if templates is not None and q.template not in templates:
+            continue
+        chosen = grounding_boxes(q, data.scenes[s], on)
+        digit_chance[n] = len(chosen) / len(data.scenes[s].digits)
+        for box in chosen:
             grids.append(glimpses[n, glimpse].reshape(G, G))
-            boxes.append(data.scenes[s].boxes[k])
+            boxes.append(box)
             owner.append(n)
     if not boxes:
-        raise ValueError("no question of data has supporting digits")
+        raise ValueError(f"no question of data (templates {templates}) has boxes on={on!r}")
     hits = region_hits(torch.stack(grids), boxes, size).float()  # (rows,)
     chance = region_chance(boxes, G, size)  # (rows,)
     owner = torch.tensor(owner)
@@ -328,6 +385,7 @@ def grounding(glimpses: torch.Tensor, data: VQAData, glimpse: int = -1) -> dict[
     return {
         "grounding": per_question[counted].mean().item(),
         "chance": chance_q[counted].mean().item(),
+        "digit_chance": digit_chance[counted].mean().item(),
         "questions": int(counted.sum()),
     }
 
