@@ -76,7 +76,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | naive, tiled ("flash") and linear attention (any feature map)        | efficient           | 13                 |
 | Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
 | sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
-| a call's cost: peak memory, multiply-adds, Table 1, attention's IO   | measure             | 04, 13             |
+| a call's cost: peak memory, multiply-adds, Table 1, IO, a KV cache  | measure             | 04, 13, 17         |
 | head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
 | gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
 | deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                 |

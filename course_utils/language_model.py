@@ -90,34 +90,6 @@ class LMConfig:
         return self.d_model // self.num_heads
 
 
-def kv_cache_bytes(
-    num_layers: int,
-    num_kv_heads: int,
-    head_dim: int,
-    tokens: int,
-    batch: int = 1,
-    bytes_per_value: int = 2,
-) -> int:
-    """Bytes a KV cache takes: keys and values, per layer, sequence, KV head, token, feature.
-
-    ``2 * num_layers * batch * num_kv_heads * tokens * head_dim * bytes_per_value``
-    (2 bytes for float16 / bfloat16, 4 for float32).
-
-    >>> kv_cache_bytes(32, 8, 128, 8192) / 2**30  # Llama-3-8B's shape at 8k tokens, bf16
-    1.0
-    """
-    for name, value in (
-        ("num_layers", num_layers),
-        ("num_kv_heads", num_kv_heads),
-        ("head_dim", head_dim),
-        ("tokens", tokens),
-        ("batch", batch),
-        ("bytes_per_value", bytes_per_value),
-    ):
-        check_positive(name, value)
-    return 2 * num_layers * batch * num_kv_heads * tokens * head_dim * bytes_per_value
-
-
 class KVCache:
     """The keys and values of every layer, ``(B, Hkv, T, D)`` each, grown one block at a time.
 

@@ -13,6 +13,11 @@ analysis of Dao et al. (2022) that explains FlashAttention's speed.
 Notebook 04 asks what a layer costs before running it: :func:`layer_costs` holds Vaswani et
 al.'s (2017) Table 1 for recurrent, convolutional and self-attention layers, and
 :func:`count_multiply_adds` counts what a call actually does, to check the formulas.
+
+Notebook 17 counts what generating text costs a decoder (:class:`~course_utils.language_model.
+LMConfig`): :func:`kv_cache_bytes`, the memory its KV cache takes, and
+:func:`generation_multiply_adds`, the products of generating ``n`` tokens with the cache and
+without.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from course_utils._validate import check_positive
+from course_utils.language_model import LMConfig
 
 
 def resident_kib(field: str = "VmRSS") -> int:
@@ -210,3 +216,69 @@ def tiled_attention_io(
     reads = 2 * N * d + Tc * N * (2 * d + 2)  # K_j, V_j; then Q_i, O_i, l_i, m_i
     writes = N * (d + 2) + Tc * N * (d + 2)  # O, l, m initialised; then O_i, l_i, m_i
     return reads * bytes_per_number, writes * bytes_per_number
+
+
+def kv_cache_bytes(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    tokens: int,
+    batch: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
+    """Bytes a KV cache takes: keys and values, per layer, sequence, KV head, token, feature.
+
+    ``2 * num_layers * batch * num_kv_heads * tokens * head_dim * bytes_per_value``
+    (2 bytes for float16 / bfloat16, 4 for float32).
+
+    >>> kv_cache_bytes(32, 8, 128, 8192) / 2**30  # Llama-3-8B's shape at 8k tokens, bf16
+    1.0
+    """
+    for name, value in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("tokens", tokens),
+        ("batch", batch),
+        ("bytes_per_value", bytes_per_value),
+    ):
+        check_positive(name, value)
+    return 2 * num_layers * batch * num_kv_heads * tokens * head_dim * bytes_per_value
+
+
+def generation_multiply_adds(config: LMConfig, n: int, use_cache: bool, batch: int = 1) -> int:
+    """Multiply-adds of the matrix products that generate ``n`` tokens one at a time.
+
+    Step ``t = 1 .. n`` either feeds one new token against ``t`` cached keys
+    (``use_cache=True``) or runs the whole prefix of ``t`` tokens again (``False``), as a
+    model without a cache must. Per token and layer the projections cost ``2 d (H D) +
+    2 d (Hkv D)`` and the feed-forward ``2 d d_ff``, and the tied output layer ``d V``; a
+    query attending over ``T`` keys costs ``2 T (H D)`` (``Q K^T`` and ``weights V``). A full
+    pass over ``T`` tokens computes all ``T x T`` scores, as masked dense attention does.
+    Sums: ``Theta(n d^2 + n^2 d)`` with the cache, ``Theta(n^2 d^2 + n^3 d)`` without.
+    Element-wise work (softmax, norms, rotations) is not counted.
+
+    >>> c = LMConfig(vocab_size=97)  # d = 128, 2 layers, d_ff = 384
+    >>> generation_multiply_adds(c, 1, True) == generation_multiply_adds(c, 1, False)
+    True
+    >>> generation_multiply_adds(c, 512, False) // generation_multiply_adds(c, 512, True)
+    280
+    """
+    if not isinstance(config, LMConfig):
+        raise TypeError(f"config must be an LMConfig, got {type(config).__name__}")
+    check_positive("n", n)
+    check_positive("batch", batch)
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache must be a bool, got {type(use_cache).__name__} {use_cache!r}")
+    c = config
+    q_width, kv_width = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    per_token = c.num_layers * (2 * c.d_model * q_width + 2 * c.d_model * kv_width)
+    per_token += c.num_layers * 2 * c.d_model * c.d_ff + c.d_model * c.vocab_size
+    attention = 2 * c.num_layers * q_width  # per query and key
+    total = 0
+    for t in range(1, n + 1):  # step t: the prefix holds t tokens
+        if use_cache:
+            total += per_token + attention * t  # one token, one query over t keys
+        else:
+            total += per_token * t + attention * t * t  # t tokens, t queries over t keys
+    return batch * total

@@ -18,12 +18,12 @@ from course_utils.language_model import (
     DecoderLM,
     KVCache,
     LMConfig,
-    kv_cache_bytes,
     load_lm,
     loss_per_position,
     save_lm,
     streaming_loss_per_position,
 )
+from course_utils.measure import count_multiply_adds, generation_multiply_adds, kv_cache_bytes
 
 POSITIONS = ["rope", "alibi", "learned", "sinusoidal", "none"]
 
@@ -243,3 +243,53 @@ def test_save_and_load_round_trip_in_float16(tmp_path):
     assert torch.allclose(loaded(ids), model(ids), atol=2e-2)  # float16 rounding only
     with pytest.raises(FileNotFoundError, match="train_language_models"):
         load_lm("missing", tmp_path)
+
+
+# ---------------------------------------------------------------------------------------
+# Multiply-adds of generation, against torch's own counter
+# ---------------------------------------------------------------------------------------
+def counted_generation(model, ids, use_cache):
+    """Multiply-adds counted by torch's FlopCounterMode while generating ``ids`` one token at
+    a time, through the path that returns weights (explicit matrix products, all counted)."""
+    total, cache = 0, model.new_cache()
+    with torch.no_grad():
+        for t in range(ids.shape[1]):
+            if use_cache:
+                _, macs = count_multiply_adds(model._run, ids[:, t : t + 1], cache, True)
+            else:
+                _, macs = count_multiply_adds(model._run, ids[:, : t + 1], None, True)
+            total += macs
+    return total
+
+
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generation_multiply_adds_equal_torchs_count(num_kv_heads, use_cache):
+    model = small_model("rope", num_kv_heads=num_kv_heads, num_layers=3)
+    ids = torch.randint(0, 20, (2, 11), generator=torch.Generator().manual_seed(num_kv_heads))
+    expected = counted_generation(model, ids, use_cache)
+    assert generation_multiply_adds(model.config, 11, use_cache, batch=2) == expected
+
+
+def test_generation_multiply_adds_grow_as_stated():
+    c = LMConfig(vocab_size=50, d_model=64, d_ff=128)
+    with_cache = [generation_multiply_adds(c, n, True) for n in (1, 2, 100, 200)]
+    without = [generation_multiply_adds(c, n, False) for n in (1, 2, 100, 200)]
+    assert with_cache[0] == without[0]  # one token: nothing to recompute
+    # a loop over steps, term by term: dense work per token a, attention 2 L d per key
+    a = 2 * (4 * 64 * 64 + 2 * 64 * 128) + 64 * 50
+    assert with_cache[3] == sum(a + 4 * 64 * t for t in range(1, 201))
+    assert without[3] == sum(a * t + 4 * 64 * t * t for t in range(1, 201))
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((dict(vocab_size=5), 3, True), TypeError, "config must be an LMConfig"),
+        ((LMConfig(vocab_size=5), 0, True), ValueError, "n must be positive"),
+        ((LMConfig(vocab_size=5), 3, 1), TypeError, "use_cache must be a bool"),
+    ],
+)
+def test_generation_multiply_adds_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        generation_multiply_adds(*args)

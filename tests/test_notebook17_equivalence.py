@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from course_utils import language_model as lm
-from course_utils import sampling
+from course_utils import measure, sampling
 from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.exercises import nb17
 
@@ -30,6 +30,7 @@ EXPECTED = {
     "top_p_filter",
     "sample_next",
     "kv_cache_bytes",
+    "step_multiply_adds",
 }
 
 
@@ -106,7 +107,21 @@ def test_sample_next_draws_what_the_library_distribution_draws(nb):
 
 def test_kv_cache_bytes_equals_the_library(nb):
     for args in [(32, 8, 128, 8192), (2, 1, 32, 100, 3, 4), (80, 8, 128, 131072)]:
-        assert nb["kv_cache_bytes"](*args) == lm.kv_cache_bytes(*args)
+        assert nb["kv_cache_bytes"](*args) == measure.kv_cache_bytes(*args)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize(
+    "config",
+    [
+        lm.LMConfig(vocab_size=97),
+        lm.LMConfig(vocab_size=11, d_model=24, num_heads=6, num_kv_heads=2, num_layers=3, d_ff=40),
+    ],
+)
+def test_step_multiply_adds_sum_to_the_librarys_totals(nb, config, use_cache):
+    for n in (1, 2, 37, 512):
+        steps = sum(nb["step_multiply_adds"](config, t, use_cache) for t in range(1, n + 1))
+        assert steps == measure.generation_multiply_adds(config, n, use_cache)
 
 
 # ---------------------------------------------------------------------------------------
