@@ -542,7 +542,8 @@ def render_markdown(results_dir: Path = RESULTS_DIR) -> str:
             f"<details><summary><code>{results['notebook'].removesuffix('.ipynb')}</code>: "
             f"{len(results['targets'])} targets, {len(runs)} runs</summary>",
             "",
-            f"Seeds {seeds[0]}-{seeds[-1]} x machines {machines} x {threads} thread(s), "
+            f"Seeds {seeds[0]}-{seeds[-1]} x machines {machines} x "
+            f"{' or '.join(map(str, threads))} thread{'s' if threads != [1] else ''}, "
             f"{min(seconds):.0f}-{max(seconds):.0f} s a run; {meta.get('cpu', '?')}, torch "
             f"{meta.get('torch', '?')}, {meta.get('date', '?')}.",
             "",

@@ -23,7 +23,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 # Notebooks whose 15 runs are still being recorded (issue 31). The list may only shrink: a
 # notebook leaves it in the commit that adds its results file (the last test checks).
-PENDING = {"01", "03", "06", "07", "08", "09", "10", "13", "14"}
+PENDING = {"01", "03", "06", "07", "08"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -45,3 +45,12 @@ def test_every_results_file_belongs_to_a_notebook():
         p.name for p in (ROOT / "benchmarks" / "results").glob("*.json") if p.stem not in numbers
     ]
     assert not stray, f"results files without a notebook: {stray}"
+
+
+def test_readme_shows_the_recorded_files_as_they_are():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert robustness.README_START in readme and robustness.README_END in readme
+    assert robustness.readme_with_results(readme) == readme, (
+        "README.md's recorded-targets section is stale: run "
+        ".venv/bin/python benchmarks/robustness.py --readme README.md"
+    )
