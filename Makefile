@@ -2,20 +2,26 @@
 #   make lab   set up .venv if needed, then open JupyterLab on the learner's copies of the
 #              course (my_notebooks/: exercises unsolved; existing copies are never overwritten)
 #   make test  set up .venv if needed, then run ruff, the unit tests and every notebook
+#
+# Another Python (3.10 to 3.13 are tested; pyproject.toml pins per version), in a folder of
+# its own so that it leaves .venv alone:
+#   make test PYTHON=python3.10 VENV=.venv-3.10
+# (VENV is taken from the command line only, never from the environment.)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab lab-solutions test venv lint student clean
+.PHONY: lab lab-solutions test venv lint student clean same-python
 
 venv: $(STAMP)
 
 # Re-install whenever pyproject.toml changes; the stamp records a finished install.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | same-python
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed, found " + sys.version.split()[0]'
-	@test -x $(BIN)/python || { echo "Creating $(VENV) ..."; $(PYTHON) -m venv $(VENV); }
-	@echo "Installing the course into $(VENV) (first time: about a minute) ..."
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; v > (3, 13) and print(f"Note: the course is tested on Python 3.10 to 3.13; trying {v[0]}.{v[1]} anyway.")'
+	@test -x $(BIN)/python || { echo "Creating $(VENV) with $$($(PYTHON) --version) ..."; $(PYTHON) -m venv $(VENV); }
+	@echo "Installing the course into $(VENV) (first time: a few minutes; more where pip takes the CUDA build of torch, 5-6 GB in all) ..."
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@$(BIN)/python -c 'import torch; print("torch", torch.__version__, "| CUDA available:", torch.cuda.is_available())'
 	@touch $(STAMP)
@@ -54,6 +60,21 @@ test: venv lint
 # Instructors: copies of the notebooks with exercise solutions replaced by stubs.
 student: venv
 	$(BIN)/python -m course_utils.exercises.student notebooks student_notebooks
+
+# PYTHON named (command line or environment) for a folder that holds another Python: stop
+# rather than install one Python's packages over another's.
+PY_VERSION := import sys; print("%d.%d" % sys.version_info[:2])
+same-python:
+ifneq ($(filter command line environment,$(origin PYTHON)),)
+	@if [ -x $(BIN)/python ]; then \
+		want=$$($(PYTHON) -c '$(PY_VERSION)') && have=$$($(BIN)/python -c '$(PY_VERSION)') && \
+		if [ "$$want" != "$$have" ]; then \
+			echo "$(VENV) holds Python $$have, but PYTHON=$(PYTHON) is Python $$want." >&2; \
+			echo "Use another folder (make $(or $(MAKECMDGOALS),venv) PYTHON=$(PYTHON) VENV=.venv-$$want), or make clean VENV=$(VENV) first." >&2; \
+			exit 1; \
+		fi; \
+	fi
+endif
 
 clean:
 	rm -rf $(VENV) .pytest_cache

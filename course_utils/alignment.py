@@ -18,9 +18,13 @@
   says, per word, whether the peak cell's centre lies inside the box of the object the word
   names ("pointing"); :func:`region_chance` is each box's share of the cell centres, the
   hit rate of a peak dropped on a random cell.
-- Over time (speech), attention should move forward: :func:`monotonic_share` is the share
-  of decoding steps whose peak frame does not move backwards, and
-  :func:`monotonic_chance` the same share for peaks dropped on random frames.
+- Over time (speech), attention should move forward. :func:`peak_progress` is the Spearman
+  rank correlation between the decoding step and the frame of its attention peak, averaged
+  over examples: 1 for a peak that moves forward at every step, 0 for a peak that never
+  moves (and, on average, for peaks dropped on random frames), -1 for one that runs
+  backwards. :func:`monotonic_share` is the share of decoding steps whose peak does not move
+  backwards and :func:`monotonic_chance` that share for random peaks; a peak that never
+  moves scores a perfect 1 on it, so it cannot tell progress from a frozen attention.
 
 Shapes follow the legend in :mod:`course_utils`.
 """
@@ -256,3 +260,63 @@ def monotonic_chance(frames: torch.Tensor, steps: torch.Tensor) -> float:
         raise ValueError("no example has two decoding steps to compare")
     per_step = (frames.double() + 1) / (2 * frames.double())
     return float((per_step * pairs).sum() / pairs.sum())
+
+
+def _average_ranks(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Ranks 1..n of each row's real entries, ties given their average rank: ``x`` (B, T)
+    and ``real`` bool (B, T) -> (B, T) float64, 0 at the entries that are not real."""
+    x = x.double()
+    real_j = real[:, None, :]  # (B, 1, T): compare with real entries only
+    below = ((x[:, None, :] < x[:, :, None]) & real_j).sum(-1)  # (B, T, T) -> (B, T)
+    equal = ((x[:, None, :] == x[:, :, None]) & real_j).sum(-1)  # itself included
+    return (below + (equal + 1) / 2).double() * real
+
+
+def peak_progress_per_example(weights: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """Each example's Spearman rank correlation between the decoding step ``t`` and the
+    frame its attention peaks on, over its first ``steps[b]`` rows: ``weights`` (B, T, S),
+    ``steps`` (B,) -> float64 (B,). A peak that never moves has no rank order to correlate
+    and scores 0 (no progress); an example with fewer than 2 steps gets NaN.
+
+    >>> w = torch.eye(4)[torch.tensor([[0, 1, 2, 3], [1, 1, 1, 1], [3, 2, 2, 0]])]  # (3, 4, 4)
+    >>> peak_progress_per_example(w, torch.tensor([4, 4, 4]))
+    tensor([ 1.0000,  0.0000, -0.9487], dtype=torch.float64)
+    """
+    check_tensor("weights", weights, dims=3)
+    check_tensor("steps", steps, dims=1)
+    B, T, _ = weights.shape
+    if steps.shape[0] != B or int(steps.min()) < 0 or int(steps.max()) > T:
+        raise ValueError(
+            f"steps must give each of the {B} examples a count in 0..{T}, got {steps.tolist()}"
+        )
+    peaks = weights.argmax(dim=-1).cpu()  # (B, T, S) -> (B, T)
+    real = torch.arange(T)[None, :] < steps.cpu()[:, None]  # (B, T)
+    n = real.sum(-1).double()  # (B,)
+    ranks = _average_ranks(peaks, real)  # (B, T)
+    t = (torch.arange(T, dtype=torch.float64)[None, :] + 1) * real  # the step's own rank
+    mean_rank = (n + 1) / 2  # (B,), the same for both variables
+    dt, dp = (t - mean_rank[:, None]) * real, (ranks - mean_rank[:, None]) * real
+    cov, var_t, var_p = (dt * dp).sum(-1), (dt * dt).sum(-1), (dp * dp).sum(-1)
+    rho = torch.where(var_p > 0, cov / (var_t * var_p).clamp(min=1e-300).sqrt(), 0.0)
+    return torch.where(n >= 2, rho, torch.nan)
+
+
+def peak_progress(weights: torch.Tensor, steps: torch.Tensor) -> float:
+    """How steadily the attention peak moves forward: :func:`peak_progress_per_example`
+    averaged over the examples with at least 2 steps. 1 for a peak that moves forward at
+    every step, 0 for one that never moves, -1 for one that runs backwards at every step;
+    peaks dropped on random frames score 0 on average (step order and peak order are then
+    independent).
+
+    >>> diagonal = torch.eye(5).unsqueeze(0)  # (1, 5, 5): step t reads frame t
+    >>> frozen = torch.eye(5)[[2, 2, 2, 2, 2]].unsqueeze(0)  # always frame 2
+    >>> peak_progress(diagonal, torch.tensor([5])), peak_progress(frozen, torch.tensor([5]))
+    (1.0, 0.0)
+    >>> peak_progress(diagonal.flip(1), torch.tensor([5]))  # reversed: frame 4, 3, ..., 0
+    -1.0
+    """
+    rho = peak_progress_per_example(weights, steps)
+    counted = ~torch.isnan(rho)
+    if not bool(counted.any()):
+        raise ValueError("no example has two decoding steps to compare")
+    return rho[counted].mean().item()

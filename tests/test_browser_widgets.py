@@ -152,10 +152,8 @@ class JupyterLab:
             JUPYTERLAB_WORKSPACES_DIR=str(self.workdir / "workspaces"),
             IPYTHONDIR=str(self.workdir / "ipython"),
         )
-        venv_python = ROOT / ".venv" / "bin" / "python"
-        python = str(venv_python) if venv_python.exists() else sys.executable
-        command = [
-            python,
+        command = [  # the Python running the tests (.venv's, or .venv-3.10's in CI)
+            sys.executable,
             "-m",
             "jupyterlab",
             "--no-browser",

@@ -1,15 +1,17 @@
-"""Notebook 10's hand-written features, pyramid, listener, speller and edit distance equal
-course_utils.apps.audio, apps.speech and metrics."""
+"""Notebook 10's hand-written features, pyramid, listener, speller, edit distance and peak
+progress equal course_utils.apps.audio, apps.speech, metrics and alignment."""
 
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
+from scipy import stats
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils import metrics
+from course_utils import alignment, metrics
 from course_utils.apps import audio, speech
 from course_utils.attention import AdditiveScore
 
@@ -27,6 +29,7 @@ MARKED = {
     "Listener",
     "ListenAttendSpell",
     "edit_distance",
+    "progress_of",
 }
 
 
@@ -34,6 +37,8 @@ MARKED = {
 def nb():
     namespace = {
         "math": math,
+        "np": np,
+        "stats": stats,
         "torch": torch,
         "nn": nn,
         "AdditiveScore": AdditiveScore,
@@ -124,3 +129,14 @@ def test_edit_distance_equals_library(nb):
         assert nb["edit_distance"](a.split(), b.split()) == metrics.edit_distance(
             a.split(), b.split()
         )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_progress_of_equals_library(nb, seed):
+    g = torch.Generator().manual_seed(seed)
+    for T, S in [(2, 3), (7, 4), (13, 12), (5, 1)]:  # S = 1: a peak that cannot move
+        w = torch.rand(T, S, generator=g)
+        expected = alignment.peak_progress_per_example(w[None], torch.tensor([T]))[0].item()
+        assert nb["progress_of"](w) == pytest.approx(expected, abs=1e-12)
+    frozen = torch.eye(6)[torch.tensor([4, 4, 4, 4])]
+    assert nb["progress_of"](frozen) == 0.0

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.markers import Marker  # packaging: pytest brings it
+from packaging.specifiers import SpecifierSet
 
 try:
     import tomllib
@@ -18,33 +20,52 @@ except ImportError:  # Python 3.10: pytest brings tomli
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name, where they differ
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+# The Pythons the course supports and CI tests: pyproject.toml's classifiers say which.
+SUPPORTED = [
+    c.rsplit(" :: ", 1)[1]
+    for c in PROJECT["classifiers"]
+    if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+]
 
 
 def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_pins(specs, source):
+def parse_pins(specs, source, python=None):
+    """``{name: version}`` from ``name==version`` lines, each with an optional environment
+    marker (``; python_version < '3.11'``); with ``python`` ("3.10"), only the lines whose
+    marker holds on that Python. A name pinned twice for one Python is an error."""
     pins = {}
     for spec in specs:
-        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", spec.strip())
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)\s*(?:;\s*(.+))?", spec.strip())
         assert match, f"{source}: {spec!r} is not pinned with =="
+        if match[3] and python is None:
+            raise AssertionError(f"{source}: {spec!r} has a marker; say which Python")
+        if match[3] and not Marker(match[3]).evaluate({"python_version": python}):
+            continue
         name = normalise(CONDA_NAMES.get(match[1], match[1]))
+        assert name not in pins, f"{source}: {name} is pinned twice for Python {python}"
         pins[name] = match[2]
     return pins
 
 
-def pyproject_pins():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    specs = project["dependencies"] + [
-        s for group in project["optional-dependencies"].values() for s in group
+def pyproject_pins(python):
+    specs = PROJECT["dependencies"] + [
+        s for group in PROJECT["optional-dependencies"].values() for s in group
     ]
-    return parse_pins(specs, "pyproject.toml")
+    return parse_pins(specs, "pyproject.toml", python)
+
+
+def conda_env():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"]
+    return env
 
 
 def conda_pins():
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    assert env["channels"] == ["conda-forge"]
+    env = conda_env()
     specs = [
         d for d in env["dependencies"] if isinstance(d, str) and not d.startswith(("python", "pip"))
     ]
@@ -53,24 +74,70 @@ def conda_pins():
     return parse_pins(specs + pip_section[:-1], "environment.yml")
 
 
-def test_environment_yml_and_pyproject_agree():
-    py, conda = pyproject_pins(), conda_pins()
-    assert set(py) == set(conda), (
-        f"only in pyproject: {set(py) - set(conda)}; only in environment.yml: {set(conda) - set(py)}"
+def conda_pythons():
+    """The supported Pythons that environment.yml's ``python`` line admits."""
+    line = next(d for d in conda_env()["dependencies"] if str(d).startswith("python"))
+    allowed = SpecifierSet(",".join(re.findall(r"[<>=!]=?\s*[\d.]+", line)))
+    return [v for v in SUPPORTED if allowed.contains(v)]
+
+
+def test_supported_pythons_are_contiguous_and_required():
+    minors = [int(v.split(".")[1]) for v in SUPPORTED]
+    assert minors and minors == list(range(minors[0], minors[-1] + 1)), SUPPORTED
+    requires = SpecifierSet(PROJECT["requires-python"])
+    assert all(requires.contains(v) for v in SUPPORTED), (PROJECT["requires-python"], SUPPORTED)
+    assert not requires.contains(f"3.{minors[0] - 1}"), "requires-python admits an older Python"
+
+
+@pytest.mark.parametrize("python", SUPPORTED)
+def test_every_package_is_pinned_once_on_every_supported_python(python):
+    # parse_pins fails on a name pinned twice; here every Python gets the same names.
+    here, newest = set(pyproject_pins(python)), set(pyproject_pins(SUPPORTED[-1]))
+    assert here == newest, (
+        f"Python {python} lacks {newest - here} and has {here - newest} beside {SUPPORTED[-1]}"
     )
-    differ = {name: (py[name], conda[name]) for name in py if py[name] != conda[name]}
-    assert not differ, f"versions differ (pyproject, environment.yml): {differ}"
 
 
-def test_torch_is_pinned_to_the_local_cpu_wheel():
-    assert pyproject_pins()["torch"] == "2.13.0"
+def test_environment_yml_and_pyproject_agree():
+    pythons = conda_pythons()
+    assert pythons, "environment.yml admits none of the supported Pythons"
+    conda = conda_pins()
+    for python in pythons:
+        py = pyproject_pins(python)
+        assert set(py) == set(conda), (
+            f"Python {python}: only in pyproject: {set(py) - set(conda)}; "
+            f"only in environment.yml: {set(conda) - set(py)}"
+        )
+        differ = {name: (py[name], conda[name]) for name in py if py[name] != conda[name]}
+        assert not differ, (
+            f"Python {python}: versions differ (pyproject, environment.yml): {differ}"
+        )
+
+
+@pytest.mark.parametrize("python", SUPPORTED)
+def test_torch_is_pinned_to_the_local_cpu_wheel(python):
+    # One torch for every Python; the local CPU wheel serves 3.11 (README: what each gets).
+    assert pyproject_pins(python)["torch"] == "2.13.0"
 
 
 def test_pin_parser_catches_disagreement():
-    """The agreement test above must be able to fail: a drifted copy is caught."""
-    py = pyproject_pins()
+    """The agreement test above must be able to fail: a drifted copy is caught, markers
+    choose by Python, and a second pin for one Python is refused."""
     drifted = parse_pins(["pytorch==2.14.0"], "drifted")
-    assert drifted["torch"] != py["torch"]
+    assert drifted["torch"] != pyproject_pins(SUPPORTED[-1])["torch"]
+    specs = ["numpy==2.4.6; python_version >= '3.11'", "numpy==2.2.6; python_version < '3.11'"]
+    assert parse_pins(specs, "markers", "3.10") == {"numpy": "2.2.6"}
+    assert parse_pins(specs, "markers", "3.13") == {"numpy": "2.4.6"}
+    with pytest.raises(AssertionError, match="pinned twice"):
+        parse_pins(["numpy==2.4.6", "numpy==2.2.6; python_version < '3.11'"], "twice", "3.10")
+    with pytest.raises(AssertionError, match="not pinned"):
+        parse_pins(["numpy>=2"], "loose", "3.10")
+
+
+def test_ci_tests_the_oldest_and_newest_supported_python():
+    ci = (ROOT / ".ci" / "run").read_text()
+    for python in (SUPPORTED[0], SUPPORTED[-1]):
+        assert re.search(rf"\b{re.escape(python)}\b", ci), f".ci/run does not test Python {python}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -117,14 +184,16 @@ def test_pre_commit_hooks_use_the_pinned_tool_versions():
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
     hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
     assert {hook["id"] for hook in hooks} >= {"nbstripout", "ruff"}
-    py = pyproject_pins()
-    for hook in hooks:
-        for name, version in parse_pins(
-            hook.get("additional_dependencies", []), hook["id"]
-        ).items():
-            assert py[name] == version, (
-                f"{hook['id']} pins {name}=={version}, pyproject has {py[name]}"
-            )
+    for python in SUPPORTED:
+        py = pyproject_pins(python)
+        for hook in hooks:
+            for name, version in parse_pins(
+                hook.get("additional_dependencies", []), hook["id"]
+            ).items():
+                assert py[name] == version, (
+                    f"{hook['id']} pins {name}=={version}, pyproject has {py[name]} "
+                    f"for Python {python}"
+                )
 
 
 def test_every_notebook_with_widgets_is_tested_in_the_browser():

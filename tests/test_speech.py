@@ -1,6 +1,7 @@
 """Listen, Attend and Spell: the pyramid against a loop, padding that changes nothing, masked
 attention, teacher forcing equal to step-by-step decoding, the application protocol; CER and
-WER against an edit distance; the monotonicity measure and its chance level by brute force."""
+WER against an edit distance; the monotonicity measure and its chance level by brute force;
+the progress measure against scipy's Spearman correlation in a loop and constructed cases."""
 
 import itertools
 import random
@@ -8,6 +9,7 @@ from functools import cache
 
 import pytest
 import torch
+from scipy import stats
 
 from course_utils import alignment, metrics
 from course_utils.apps import speech
@@ -196,6 +198,59 @@ def test_monotonic_chance_equals_enumeration_of_random_peaks(frames):
     assert mixed == pytest.approx((1 * 3 / 4 + 3 * 5 / 8) / 4)  # steps - 1 pairs each
 
 
+def one_hot_peaks(peaks, frames):
+    """Attention (B, T, S) with all its weight on the given peak frames (B, T)."""
+    return torch.nn.functional.one_hot(torch.tensor(peaks), frames).float()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_peak_progress_equals_scipy_spearman_in_a_loop(seed):
+    g = torch.Generator().manual_seed(seed)
+    B, T, S = 6, 9, 4  # few frames: many tied peaks
+    weights = torch.rand(B, T, S, generator=g)
+    steps = torch.tensor([9, 2, 5, 1, 7, 3])
+    weights[4, :7] = one_hot_peaks([[1] * 7], S)[0]  # a frozen example among them
+    rhos = alignment.peak_progress_per_example(weights, steps)
+    expected = []
+    for b in range(B):
+        n = int(steps[b])
+        peaks = weights[b, :n].argmax(-1).tolist()
+        if n < 2:
+            assert torch.isnan(rhos[b])
+            continue
+        rho = 0.0 if len(set(peaks)) == 1 else stats.spearmanr(range(n), peaks).statistic
+        assert rhos[b].item() == pytest.approx(rho, abs=1e-12)
+        expected.append(rho)
+    assert alignment.peak_progress(weights, steps) == pytest.approx(sum(expected) / len(expected))
+
+
+def test_peak_progress_on_constructed_alignments():
+    steps = torch.tensor([6])
+    diagonal = one_hot_peaks([[0, 1, 2, 3, 4, 5]], 6)
+    staircase = one_hot_peaks([[0, 0, 1, 1, 2, 2]], 3)  # two steps per frame, never back
+    frozen = one_hot_peaks([[2] * 6], 6)
+    reversed_ = diagonal.flip(1)
+    assert alignment.peak_progress(diagonal, steps) == pytest.approx(1.0)
+    assert alignment.peak_progress(staircase, steps) == pytest.approx(
+        stats.spearmanr(range(6), [0, 0, 1, 1, 2, 2]).statistic
+    )
+    assert alignment.peak_progress(staircase, steps) > 0.9
+    assert alignment.peak_progress(frozen, steps) == 0.0
+    assert alignment.peak_progress(reversed_, steps) == pytest.approx(-1.0)
+    # the weakness of the monotonic share: frozen attention is "perfectly monotonic"
+    assert alignment.monotonic_share(frozen, steps) == 1.0
+    # padding rows after an example's last step change nothing
+    padded = torch.cat([diagonal, one_hot_peaks([[0, 0, 0]], 6)], dim=1)  # (1, 9, 6)
+    assert alignment.peak_progress(padded, steps) == pytest.approx(1.0)
+
+
+def test_peak_progress_of_random_peaks_is_zero_on_average():
+    g = torch.Generator().manual_seed(0)
+    weights = torch.rand(4000, 12, 10, generator=g)
+    rho = alignment.peak_progress(weights, torch.full((4000,), 12))
+    assert abs(rho) < 0.02  # the mean of 4000 draws with standard deviation about 0.3
+
+
 def test_monotonic_measures_reject_bad_input():
     with pytest.raises(ValueError, match="steps must give each"):
         alignment.monotonic_share(torch.rand(2, 3, 4), torch.tensor([3, 5]))
@@ -203,3 +258,11 @@ def test_monotonic_measures_reject_bad_input():
         alignment.monotonic_share(torch.rand(2, 3, 4), torch.tensor([1, 1]))
     with pytest.raises(ValueError, match="frames >= 1"):
         alignment.monotonic_chance(torch.tensor([0]), torch.tensor([3]))
+    with pytest.raises(ValueError, match="steps must give each"):
+        alignment.peak_progress(torch.rand(2, 3, 4), torch.tensor([3, 4]))
+    with pytest.raises(ValueError, match="no example has two"):
+        alignment.peak_progress(torch.rand(2, 3, 4), torch.tensor([1, 0]))
+    with pytest.raises(ValueError, match="weights must have 3 dims"):
+        alignment.peak_progress(torch.rand(3, 4), torch.tensor([3]))
+    with pytest.raises(TypeError, match="steps must be a torch.Tensor"):
+        alignment.peak_progress(torch.rand(1, 3, 4), [3])

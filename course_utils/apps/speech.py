@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course_utils._validate import check_positive, check_tensor
-from course_utils.alignment import monotonic_chance, monotonic_share
+from course_utils.alignment import monotonic_chance, monotonic_share, peak_progress
 from course_utils.apps.audio import N_MELS, SpeechBatch, SpeechData, char_vocab, load_speech
 from course_utils.attention import AdditiveScore
 from course_utils.bahdanau import attend
@@ -236,11 +236,13 @@ def transcribe(
 
 def evaluate(model: ListenAttendSpell, data: SpeechData) -> dict[str, float]:
     """Greedy transcripts -> ``{"cer", "wer"}`` (jiwer), plus, with attention,
-    ``"monotonic"`` (share of steps whose attention peak does not move back) and its
-    ``"chance"`` level.
+    ``"progress"`` (:func:`~course_utils.alignment.peak_progress`: the Spearman correlation
+    of step and attention peak, averaged over clips; 0 for a frozen or a random peak),
+    ``"monotonic"`` (share of steps whose attention peak does not move back; 1 for a frozen
+    peak) and its ``"chance"`` level for random peaks.
 
     >>> sorted(evaluate(build_model(attention=True), load_speech("val")))
-    ['cer', 'chance', 'monotonic', 'wer']
+    ['cer', 'chance', 'monotonic', 'progress', 'wer']
     """
     if not isinstance(data, SpeechData):
         raise TypeError(f"data must be SpeechData, got {type(data).__name__}")
@@ -259,6 +261,7 @@ def evaluate(model: ListenAttendSpell, data: SpeechData) -> dict[str, float]:
             padded[i, : w.shape[0], : w.shape[1]] = w
         steps = torch.tensor([w.shape[0] for w in kept])
         frames = torch.tensor([w.shape[1] for w in kept])
+        out["progress"] = peak_progress(padded, steps)
         out["monotonic"] = monotonic_share(padded, steps)
         out["chance"] = monotonic_chance(frames, steps)
     model.train(was_training)
