@@ -83,16 +83,16 @@ def check_ids(name: str, ids: object) -> None:
         raise ValueError(f"{name} must be a 2-D tensor (B, L), got shape {tuple(ids.shape)}")
 
 
-def check_lengths(name: str, lengths: object, batch: int, width: int) -> None:
-    """``lengths`` (B,) integers with every value in 1..``width``."""
+def check_lengths(name: str, lengths: object, batch: int, width: int, low: int = 1) -> None:
+    """``lengths`` (B,) integers with every value in ``low``..``width``."""
     check_tensor(name, lengths)
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer lengths, got dtype {lengths.dtype}")
     if lengths.shape != (batch,):
         raise ValueError(f"{name} must have shape (B,) = ({batch},), got {tuple(lengths.shape)}")
-    if batch > 0 and (int(lengths.min()) < 1 or int(lengths.max()) > width):
+    if batch > 0 and (int(lengths.min()) < low or int(lengths.max()) > width):
         raise ValueError(
-            f"{name} values must lie in 1..{width}, got min {int(lengths.min())} and "
+            f"{name} values must lie in {low}..{width}, got min {int(lengths.min())} and "
             f"max {int(lengths.max())}"
         )
 

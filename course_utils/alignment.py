@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from course_utils._validate import check_per_step, check_positive, check_tensor
+from course_utils._validate import check_lengths, check_per_step, check_positive, check_tensor
 
 Alignment = set[tuple[int, int]]
 
@@ -225,12 +225,7 @@ def monotonic_share(weights: torch.Tensor, steps: torch.Tensor) -> float:
     0.6666666666666666
     """
     check_tensor("weights", weights, dims=3)
-    check_tensor("steps", steps, dims=1)
-    if steps.shape[0] != weights.shape[0] or int(steps.max()) > weights.shape[1]:
-        raise ValueError(
-            f"steps must give each of the {weights.shape[0]} examples a count up to "
-            f"{weights.shape[1]}, got {steps.tolist()}"
-        )
+    check_lengths("steps", steps, weights.shape[0], weights.shape[1], low=0)
     peaks = weights.argmax(dim=-1)  # (B, T, S) -> (B, T)
     forward = peaks[:, 1:] >= peaks[:, :-1]  # (B, T - 1)
     counted = torch.arange(1, weights.shape[1])[None, :] < steps[:, None].cpu()  # (B, T - 1)
@@ -283,12 +278,8 @@ def peak_progress_per_example(weights: torch.Tensor, steps: torch.Tensor) -> tor
     tensor([ 1.0000,  0.0000, -0.9487], dtype=torch.float64)
     """
     check_tensor("weights", weights, dims=3)
-    check_tensor("steps", steps, dims=1)
     B, T, _ = weights.shape
-    if steps.shape[0] != B or int(steps.min()) < 0 or int(steps.max()) > T:
-        raise ValueError(
-            f"steps must give each of the {B} examples a count in 0..{T}, got {steps.tolist()}"
-        )
+    check_lengths("steps", steps, B, T, low=0)
     peaks = weights.argmax(dim=-1).cpu()  # (B, T, S) -> (B, T)
     real = torch.arange(T)[None, :] < steps.cpu()[:, None]  # (B, T)
     n = real.sum(-1).double()  # (B,)

@@ -44,7 +44,7 @@ def test_pyramid_reduce_equals_a_loop_and_halves_lengths_rounding_up(lengths):
 
 
 def test_pyramid_reduce_rejects_bad_lengths():
-    with pytest.raises(ValueError, match="lengths must give each of the 2 examples"):
+    with pytest.raises(ValueError, match=r"lengths values must lie in 1\.\.4, got min 1 and max 5"):
         speech.pyramid_reduce(torch.zeros(2, 4, 3), torch.tensor([5, 1]))
     with pytest.raises(ValueError, match="x must have 3 dims"):
         speech.pyramid_reduce(torch.zeros(4, 3), torch.tensor([4]))
@@ -252,13 +252,13 @@ def test_peak_progress_of_random_peaks_is_zero_on_average():
 
 
 def test_monotonic_measures_reject_bad_input():
-    with pytest.raises(ValueError, match="steps must give each"):
+    with pytest.raises(ValueError, match=r"steps values must lie in 0\.\.3"):
         alignment.monotonic_share(torch.rand(2, 3, 4), torch.tensor([3, 5]))
     with pytest.raises(ValueError, match="no example has two"):
         alignment.monotonic_share(torch.rand(2, 3, 4), torch.tensor([1, 1]))
     with pytest.raises(ValueError, match="frames >= 1"):
         alignment.monotonic_chance(torch.tensor([0]), torch.tensor([3]))
-    with pytest.raises(ValueError, match="steps must give each"):
+    with pytest.raises(ValueError, match=r"steps values must lie in 0\.\.3"):
         alignment.peak_progress(torch.rand(2, 3, 4), torch.tensor([3, 4]))
     with pytest.raises(ValueError, match="no example has two"):
         alignment.peak_progress(torch.rand(2, 3, 4), torch.tensor([1, 0]))

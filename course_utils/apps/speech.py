@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils._validate import check_positive, check_tensor
+from course_utils._validate import check_lengths, check_positive, check_tensor
 from course_utils.alignment import monotonic_chance, monotonic_share, peak_progress
 from course_utils.apps.audio import N_MELS, SpeechBatch, SpeechData, char_vocab, load_speech
 from course_utils.attention import AdditiveScore
@@ -80,12 +80,8 @@ def pyramid_reduce(x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor
              [4., 5., 0., 0.]]]), tensor([2]))
     """
     check_tensor("x", x, dims=3)
-    check_tensor("lengths", lengths, dims=1)
     B, F, D = x.shape
-    if lengths.shape[0] != B or int(lengths.min()) < 1 or int(lengths.max()) > F:
-        raise ValueError(
-            f"lengths must give each of the {B} examples a length in 1..{F}, got {lengths.tolist()}"
-        )
+    check_lengths("lengths", lengths, B, F)
     if F % 2:
         x = nn.functional.pad(x, (0, 0, 0, 1))  # (B, F, D) -> (B, F + 1, D)
     # zero the padded frames, so a real frame is never paired with leftover values
