@@ -92,6 +92,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
 | pointer-generator with coverage (See et al. 2017), summary protocol  | apps.summarisation  | 08                 |
+| one decoding step by step: attention, p_gen, coverage, copies        | apps.summary_trace  | 08                 |
 | digit scenes with captions and boxes, a captioning-folder loader     | apps.scenes         | 09                 |
 | CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
 | spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                 |

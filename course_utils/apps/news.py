@@ -395,3 +395,18 @@ def ordered_batches(data: NewsData, batch_size: int = 100) -> Iterator[tuple[lis
     for k in range(0, len(order), batch_size):
         chunk = order[k : k + batch_size]
         yield chunk, make_news_batch([data.encoded[i] for i in chunk], data.vocab)
+
+
+def words(ids: list[int], vocab: UnkVocab, oovs: list[str]) -> list[str]:
+    """Extended ids -> words, up to the first ``<eos>``: ids >= V name ``oovs[id - V]``.
+
+    >>> words([5, 4, 2, 4], UnkVocab(["won"]), ["Ada"])  # V = 5: id 5 is "Ada"
+    ['Ada', 'won']
+    """
+    out = []
+    for i in ids:
+        if i == vocab.eos_id:
+            break
+        if i != vocab.pad_id:
+            out.append(vocab.itos[i] if i < len(vocab) else oovs[i - len(vocab)])
+    return out

@@ -370,21 +370,6 @@ def build_model(
     return Summariser(config)
 
 
-def words(ids: list[int], vocab: UnkVocab, oovs: list[str]) -> list[str]:
-    """Extended ids -> words, up to the first ``<eos>``: ids >= V name ``oovs[id - V]``.
-
-    >>> words([5, 4, 2, 4], UnkVocab(["won"]), ["Ada"])  # V = 5: id 5 is "Ada"
-    ['Ada', 'won']
-    """
-    out = []
-    for i in ids:
-        if i == vocab.eos_id:
-            break
-        if i != vocab.pad_id:
-            out.append(vocab.itos[i] if i < len(vocab) else oovs[i - len(vocab)])
-    return out
-
-
 @torch.no_grad()
 def summarise(model: Summariser, data: news.NewsData, max_steps: int = 40) -> list[list[str]]:
     """Greedy summaries of every report of ``data``, as word lists (in ``data``'s order)."""
@@ -395,7 +380,7 @@ def summarise(model: Summariser, data: news.NewsData, max_steps: int = 40) -> li
     for chunk, batch in news.ordered_batches(data):
         ids = greedy_decode(model, batch.to(device), max_steps=max_steps).ids.tolist()
         for i, row, oovs in zip(chunk, ids, batch.oovs, strict=True):
-            out[i] = words(row, data.vocab, oovs)
+            out[i] = news.words(row, data.vocab, oovs)
     return out
 
 
@@ -423,59 +408,3 @@ def score(outputs: list[list[str]], data: news.NewsData) -> dict[str, float]:
 def evaluate(model: Summariser, data: news.NewsData, max_steps: int = 40) -> dict[str, float]:
     """Greedy summaries of ``data`` (:func:`summarise`), scored by :func:`score`."""
     return score(summarise(model, data, max_steps), data)
-
-
-@dataclass
-class Trace:
-    """One greedy decoding, step by step: ``words`` (T,), ``weights`` (T, S) or None,
-    ``p_gen`` (T,) or None, ``coverage`` (T + 1, S) (attention summed before each step;
-    the last row is the total), and ``copied`` (T,): True where copying gave the chosen
-    word more probability than generating did."""
-
-    source: list[str]
-    words: list[str]
-    weights: torch.Tensor | None
-    p_gen: torch.Tensor | None
-    coverage: torch.Tensor
-    copied: list[bool]
-
-
-@torch.no_grad()
-def trace(model: Summariser, data: news.NewsData, index: int, max_steps: int = 40) -> Trace:
-    """Greedy-decode report ``index`` of ``data`` and keep every step's attention, p_gen
-    and coverage (the same decoding as :func:`summarise`, one report at a time)."""
-    if not isinstance(index, int) or not 0 <= index < len(data):
-        raise ValueError(f"index must be an int in 0..{len(data) - 1}, got {index!r}")
-    model.eval()
-    device = next(model.parameters()).device
-    batch = news.make_news_batch([data.encoded[index]], data.vocab).to(device)
-    state = model.start(batch)
-    token = torch.tensor([model.bos_id], device=device)
-    ids, weights, p_gens, coverage, copied = [], [], [], [state[-1][0].clone()], []
-    for _ in range(max_steps):
-        log_probs, state, w, p_gen, _ = model._step(token, state)
-        token = log_probs.argmax(-1)  # (1,)
-        if w is not None:
-            weights.append(w[0])
-            coverage.append(state[-1][0].clone())
-        if p_gen is not None:
-            p_gens.append(p_gen[0])
-            copy = ((1 - p_gen[0]) * w[0] * (batch.src_ext[0] == token[0])).sum()
-            copied.append(bool(copy > log_probs[0, token[0]].exp() - copy))
-        else:
-            copied.append(False)
-        ids.append(int(token))
-        if ids[-1] == model.eos_id:
-            break
-    out = words(ids, data.vocab, data.encoded[index].oovs)
-    if ids[-1] == model.eos_id:
-        out = out + ["<eos>"]
-    T = len(out)
-    return Trace(
-        source=list(data.reports[index].document),
-        words=out,
-        weights=torch.stack(weights)[:T].cpu() if weights else None,
-        p_gen=torch.stack(p_gens)[:T].cpu() if p_gens else None,
-        coverage=torch.stack(coverage)[: T + 1].cpu(),
-        copied=copied[:T],
-    )
