@@ -21,22 +21,11 @@ spec.loader.exec_module(robustness)
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
-# Notebooks whose 15 runs are still being recorded (issue 31). The list may only shrink: a
-# notebook leaves it in the commit that adds its results file (the last test checks).
-PENDING = {"01", "03", "07"}
-
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_targets_are_recorded_and_keep_the_rule(path):
-    if path.name[:2] in PENDING:
-        pytest.skip(f"{path.name}: its recorded runs are still to come (PENDING)")
     problems = robustness.audit(path)
     assert not problems, "\n".join(problems)
-
-
-def test_pending_notebooks_have_no_results_yet():
-    recorded = {p.stem for p in (ROOT / "benchmarks" / "results").glob("*.json")}
-    assert not PENDING & recorded, f"recorded, so take them off PENDING: {PENDING & recorded}"
 
 
 def test_every_results_file_belongs_to_a_notebook():
