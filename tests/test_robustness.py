@@ -81,7 +81,7 @@ def test_runs_never_hold_more_threads_than_the_cores_given(monkeypatch, tmp_path
             in_flight[0] += threads
             in_flight[1] += 1
             seen.append((threads, in_flight[0], in_flight[1]))
-        time.sleep(0.05)
+        time.sleep(0.5 if threads == 1 else 0.05)  # long enough for two to overlap under load
         with lock:
             in_flight[0] -= threads
             in_flight[1] -= 1
