@@ -33,7 +33,8 @@ class Trace:
 @torch.no_grad()
 def trace(model: Summariser, data: news.NewsData, index: int, max_steps: int = 40) -> Trace:
     """Greedy-decode report ``index`` of ``data`` and keep every step's attention, p_gen
-    and coverage (the same decoding as :func:`course_utils.apps.summarisation.summarise`, one report at a time)."""
+    and coverage (the same decoding as :func:`course_utils.apps.summarisation.summarise`,
+    one report at a time)."""
     if not isinstance(index, int) or not 0 <= index < len(data):
         raise ValueError(f"index must be an int in 0..{len(data) - 1}, got {index!r}")
     model.eval()
