@@ -75,13 +75,20 @@ def test_runs_never_hold_more_threads_than_the_cores_given(monkeypatch, tmp_path
     import time
 
     lock, in_flight, seen = threading.Lock(), [0, 0], []  # threads, runs
+    # The runs go threads first, so the first two are one-thread runs that should share the
+    # two cores: each waits at this barrier until the other has started. Run one at a time,
+    # the first would wait alone and the barrier would break (BrokenBarrierError) after 60 s.
+    pair = threading.Barrier(2, timeout=60)
 
     def fake_run(path, seed, threads, machine, workdir, timeout, run_timeout):
         with lock:
             in_flight[0] += threads
             in_flight[1] += 1
             seen.append((threads, in_flight[0], in_flight[1]))
-        time.sleep(0.5 if threads == 1 else 0.05)  # long enough for two to overlap under load
+            first_pair = threads == 1 and len(seen) <= 2
+        if first_pair:
+            pair.wait()
+        time.sleep(0.05)  # gives a run that breaks the core limit time to be seen
         with lock:
             in_flight[0] -= threads
             in_flight[1] -= 1
@@ -95,7 +102,7 @@ def test_runs_never_hold_more_threads_than_the_cores_given(monkeypatch, tmp_path
     assert len(seen) == 9
     # one-thread runs share the two cores; a wider run goes alone (a 3-thread run on 2 cores)
     assert all(total <= max(2, threads) for threads, total, _ in seen)
-    assert max(runs for _, _, runs in seen) == 2  # two one-thread runs did go together
+    assert max(runs for _, _, runs in seen) == 2  # two one-thread runs went together
 
 
 def test_a_run_that_hangs_is_killed_and_tried_once_more(tmp_path, capsys):
