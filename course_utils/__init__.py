@@ -75,7 +75,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a Transformer seq2seq model with embeddings (TransformerConfig)      | transformer_seq2seq | 06, 07             |
 | naive, tiled ("flash") and linear attention (any feature map)        | efficient           | 13                 |
 | Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
-| sliding-window and block-sparse attention                            | sparse_attention    | 13                 |
+| sliding-window, block-sparse and hierarchical (coarse-to-fine) attn. | sparse_attention    | 13                 |
 | a call's cost: peak memory, multiply-adds, Table 1, IO, a KV cache  | measure             | 04, 13, 17         |
 | head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
 | gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |

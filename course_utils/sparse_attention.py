@@ -1,8 +1,12 @@
-"""Exact attention restricted to a sparse pattern: a sliding window, or blocks plus globals.
+"""Attention restricted to a sparse pattern: a sliding window, blocks plus globals, or a
+coarse-to-fine hierarchy.
 
 - :func:`sliding_window_attention`: each query sees the keys within ``window`` positions.
 - :func:`block_sparse_attention`: each query sees its own and the neighbouring blocks of
   keys, plus a few global tokens that see and are seen by every position.
+- :func:`hierarchical_attention`: each query sees its own and the neighbouring blocks of keys
+  exactly, and every farther block through one pooled summary (two levels of a hierarchy,
+  in the spirit of H-Transformer-1D). Not exact: far blocks are seen only on average.
 
 :func:`sliding_window_mask` and :func:`block_sparse_mask` give the same patterns as boolean
 ``(N, N)`` masks (``True`` = may attend), so each function equals
@@ -87,13 +91,16 @@ def _banded_attention(
     is_causal: bool,
     window: int | None,
     num_global: int,
+    far: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Queries in block b see keys in blocks b-1, b, b+1, through an ``unfold`` view.
 
     ``window`` (or None) restricts that to ``|i - j| < window``; the first ``num_global``
     keys are added to every query, and the first ``num_global`` queries see every key.
+    ``far`` = ``(keys (..., F, D), values (..., F, Dv), bias (n_blocks, F))`` adds F more
+    keys to every query block, each with an additive score bias (``-inf``: not seen).
     Memory is ``O(N * block)``: 3 blocks of scores per query (2 if causal: the block after
-    is all in the future), plus ``num_global``.
+    is all in the future), plus ``num_global`` and F.
     """
     *batch, N, D = query.shape
     Dv = value.shape[-1]
@@ -128,6 +135,11 @@ def _banded_attention(
         v_win = torch.cat(
             [v_win, value[..., None, :num_global, :].expand(*batch, n_blocks, -1, -1)], dim=-2
         )
+    if far is not None:
+        far_keys, far_values, far_bias = far
+        sf = q @ far_keys[..., None, :, :].transpose(-2, -1)  # (..., n, block, F)
+        s = torch.cat([s, sf + far_bias[:, None, :]], dim=-1)
+        v_win = torch.cat([v_win, far_values[..., None, :, :].expand(*batch, n_blocks, -1, -1)], -2)
     p = torch.softmax(s, dim=-1)  # every real query sees at least itself: no empty row
     out = (p @ v_win).reshape(*batch, n_blocks * block, Dv)[..., :N, :]
     if num_global:  # global queries attend to every key: num_global x N scores, linear in N
@@ -180,3 +192,76 @@ def block_sparse_attention(
     check_positive("block_size", block_size)
     _check_global(num_global, query.shape[-2])
     return _banded_attention(query, key, value, block_size, is_causal, None, num_global)
+
+
+def block_summaries(
+    key: torch.Tensor, value: torch.Tensor, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The coarse level of :func:`hierarchical_attention`: per block of ``block_size``
+    positions, the mean key ``(..., n_blocks, D)``, the mean value ``(..., n_blocks, Dv)`` and
+    the number of positions in it ``(n_blocks,)`` (the last block may be short).
+
+    >>> k = torch.arange(10.0).reshape(5, 2)  # keys [0, 1], [2, 3], ..., [8, 9]
+    >>> mean_k, mean_v, counts = block_summaries(k, k, block_size=2)
+    >>> mean_k.tolist(), counts.tolist()  # blocks {0, 1}, {2, 3}, {4}
+    ([[1.0, 2.0], [5.0, 6.0], [8.0, 9.0]], [2, 2, 1])
+    """
+    check_qkv(key, key, value, names=("key", "key", "value"))
+    check_positive("block_size", block_size)
+    N = key.shape[-2]
+    n_blocks = -(-N // block_size)
+    pad = n_blocks * block_size - N
+    counts = torch.full((n_blocks,), block_size, device=key.device)
+    counts[-1] = N - (n_blocks - 1) * block_size
+
+    def pooled(x: torch.Tensor) -> torch.Tensor:  # (..., N, E) -> (..., n_blocks, E)
+        blocks = F.pad(x, (0, 0, 0, pad)).reshape(*x.shape[:-2], n_blocks, block_size, -1)
+        return blocks.sum(dim=-2) / counts[:, None].to(x.dtype)
+
+    return pooled(key), pooled(value), counts
+
+
+def hierarchical_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block_size: int,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """Coarse-to-fine attention in two levels: exact keys nearby, block summaries far away.
+
+    The sequence is cut into blocks of ``block_size`` positions. A query in block b sees
+    every key of blocks b-1, b and b+1 exactly, as :func:`block_sparse_attention` does; each
+    farther block c enters as **one** key, the mean of its keys, with the mean of its values,
+    and its score is raised by ``log n_c`` (``n_c`` positions in it) so that the block weighs
+    as much as its ``n_c`` keys would if they were all equal to their mean. With causal
+    attention, block b sees b-1 and (up to itself) b exactly, and the summaries of the blocks
+    before b-1. Cost ``O(N * (3 block_size + N / block_size))``, least near ``block_size =
+    sqrt(N / 3)``: ``O(N^1.5)``; more levels (H-Transformer-1D, Zhu & Soricut 2021) bring it
+    to ``O(N log N)``. Where each far block's keys and values are all equal, it equals exact
+    attention; otherwise a far key is seen only through its block's mean.
+
+    >>> q, k, v = torch.randn(3, 2, 12, 4).unbind(0)
+    >>> k[:, 8:], v[:, 8:] = k[:, 8:9], v[:, 8:9]  # the far block 8-11: four equal keys
+    >>> exact = F.scaled_dot_product_attention(q[:, :4], k, v)  # queries of block 0
+    >>> torch.allclose(hierarchical_attention(q, k, v, block_size=4)[:, :4], exact, atol=1e-6)
+    True
+    """
+    check_qkv(query, key, value, same_length=True)
+    check_positive("block_size", block_size)
+    mean_k, mean_v, counts = block_summaries(key, value, block_size)
+    n_blocks = counts.shape[0]
+    b = torch.arange(n_blocks, device=query.device)
+    gap = b[:, None] - b[None, :]  # (query block, key block): how many blocks back
+    far = gap > 1 if is_causal else gap.abs() > 1  # seen through the summary, not exactly
+    bias = torch.where(far, counts.to(query.dtype).log()[None, :], float("-inf"))
+    return _banded_attention(
+        query,
+        key,
+        value,
+        block_size,
+        is_causal,
+        None,
+        0,
+        far=(mean_k, mean_v, bias.to(query.dtype)),
+    )

@@ -279,6 +279,79 @@ def test_block_sparse_equals_sdpa_with_the_mask(N, block, num_global, is_causal)
         assert torch.allclose(a, b, atol=1e-4)
 
 
+def _hierarchical_by_loops(q, k, v, block, is_causal):
+    """One query at a time, in float64: the exact keys of the near blocks, then one mean key
+    (score + log of its size) and one mean value per far block."""
+    *batch, N, D = q.shape
+    q, k, v = (t.double().reshape(-1, t.shape[-2], t.shape[-1]) for t in (q, k, v))
+    out = torch.zeros(q.shape[0], N, v.shape[-1], dtype=torch.float64)
+    blocks = [list(range(s, min(s + block, N))) for s in range(0, N, block)]
+    for n in range(q.shape[0]):
+        for i in range(N):
+            bi = i // block
+            scores, values = [], []
+            for c, members in enumerate(blocks):
+                if abs(bi - c) <= 1:  # near: every key, exactly
+                    for j in members:
+                        if j <= i or not is_causal:
+                            scores.append(q[n, i] @ k[n, j] / D**0.5)
+                            values.append(v[n, j])
+                elif c < bi or not is_causal:  # far: one summary that weighs len(members)
+                    mean_k, mean_v = k[n, members].mean(0), v[n, members].mean(0)
+                    scores.append(q[n, i] @ mean_k / D**0.5 + torch.log(torch.tensor(len(members))))
+                    values.append(mean_v)
+            weights = torch.softmax(torch.stack(scores), 0)
+            out[n, i] = (weights[:, None] * torch.stack(values)).sum(0)
+    return out.reshape(*batch, N, -1)
+
+
+@pytest.mark.parametrize(("N", "block"), [(1, 1), (7, 2), (12, 3), (23, 4), (30, 5), (9, 16)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_hierarchical_equals_its_definition_by_loops(N, block, is_causal):
+    q, k, v = _qkv((2,), N, N, 6, 4, seed=N * block, requires_grad=True)
+    got = sparse.hierarchical_attention(q, k, v, block, is_causal=is_causal)
+    ref = _hierarchical_by_loops(q, k, v, block, is_causal)
+    assert torch.allclose(got.double(), ref, atol=1e-5)
+    grads = torch.autograd.grad(got.sum(), (q, k, v))
+    ref_grads = torch.autograd.grad(ref.sum(), (q, k, v))
+    for a, b in zip(grads, ref_grads, strict=True):
+        assert torch.isfinite(a).all() and torch.allclose(a, b.float(), atol=1e-4)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_hierarchical_is_exact_where_blocks_are_uniform_or_near(is_causal):
+    # Keys and values constant within each block: a block's mean is each of its keys, so the
+    # coarse level loses nothing and the result is exact attention (torch's SDPA)
+    q, k, v = _qkv((2, 3), 22, 22, 8, 5, seed=3)
+    k = k[..., ::4, :].repeat_interleave(4, dim=-2)[..., :22, :]
+    v = v[..., ::4, :].repeat_interleave(4, dim=-2)[..., :22, :]
+    got = sparse.hierarchical_attention(q, k, v, block_size=4, is_causal=is_causal)
+    assert torch.allclose(
+        got, F.scaled_dot_product_attention(q, k, v, is_causal=is_causal), atol=1e-5
+    )
+    # Two blocks: every block is near every query, so nothing is summarised
+    q, k, v = _qkv((2,), 8, 8, 8, 5, seed=4)
+    got = sparse.hierarchical_attention(q, k, v, block_size=4, is_causal=is_causal)
+    assert torch.allclose(
+        got, F.scaled_dot_product_attention(q, k, v, is_causal=is_causal), atol=1e-5
+    )
+    # ... but with distinct far keys it is not exact attention
+    q, k, v = _qkv((2,), 40, 40, 8, 5, seed=5)
+    got = sparse.hierarchical_attention(q, k, v, block_size=4, is_causal=is_causal)
+    assert not torch.allclose(
+        got, F.scaled_dot_product_attention(q, k, v, is_causal=is_causal), atol=1e-3
+    )
+
+
+def test_block_summaries_are_block_means():
+    k, v = torch.randn(2, 11, 3), torch.randn(2, 11, 5)
+    mean_k, mean_v, counts = sparse.block_summaries(k, v, block_size=4)
+    assert counts.tolist() == [4, 4, 3]
+    for c, (start, stop) in enumerate([(0, 4), (4, 8), (8, 11)]):
+        assert torch.allclose(mean_k[:, c], k[:, start:stop].mean(1))
+        assert torch.allclose(mean_v[:, c], v[:, start:stop].mean(1))
+
+
 # ---------------------------------------------------------------------------------------
 # Bad input: clear errors that name the argument
 # ---------------------------------------------------------------------------------------
@@ -295,6 +368,8 @@ def test_non_positive_sizes_raise(bad):
         eff.linear_attention(q, k, v, is_causal=True, chunk_size=bad)
     with pytest.raises(ValueError, match="block_size"):
         sparse.block_sparse_attention(q, k, v, block_size=bad)
+    with pytest.raises(ValueError, match="block_size"):
+        sparse.hierarchical_attention(q, k, v, block_size=bad)
 
 
 def test_wrong_types_raise():
@@ -319,6 +394,7 @@ def test_wrong_types_raise():
         eff.linear_attention,
         lambda q, k, v: sparse.sliding_window_attention(q, k, v, window=2),
         lambda q, k, v: sparse.block_sparse_attention(q, k, v, block_size=2),
+        lambda q, k, v: sparse.hierarchical_attention(q, k, v, block_size=2),
     ],
 )
 def test_mismatched_shapes_raise(fn):
@@ -337,6 +413,8 @@ def test_local_patterns_need_equal_lengths_and_masks_must_broadcast():
     q, k, v = _qkv((1,), 6, 8, 4, 4, seed=0)
     with pytest.raises(ValueError, match="same length N"):
         sparse.sliding_window_attention(q, k, v, window=2)
+    with pytest.raises(ValueError, match="same length N"):
+        sparse.hierarchical_attention(q, k, v, block_size=2)
     with pytest.raises(ValueError, match="same length N"):
         eff.linear_attention(q, k, v, is_causal=True)
     with pytest.raises(ValueError, match=r"does not broadcast.*\(1, 6, 8\)"):

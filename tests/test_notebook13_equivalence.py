@@ -30,6 +30,7 @@ EXPECTED = {
     "performer_features",
     "sliding_window_mask",
     "block_sparse_mask",
+    "hierarchical_attention",
 }
 
 
@@ -117,6 +118,15 @@ def test_masks_equal_library(nb, N, window, is_causal):
             got = nb["block_sparse_mask"](N, window, num_global, is_causal)
             expected = sparse.block_sparse_mask(N, window, num_global, is_causal)
             assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize(("N", "block"), [(5, 2), (17, 3), (40, 8), (64, 8)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_hierarchical_attention_equals_library(nb, N, block, is_causal):
+    q, k, v = _qkv((2, 3), N, N, 6, 5, seed=N + block)
+    got = nb["hierarchical_attention"](q, k, v, block, is_causal)
+    expected = sparse.hierarchical_attention(q, k, v, block, is_causal)
+    assert torch.allclose(got, expected, atol=1e-5)
 
 
 def test_check_online_softmax_accepts_a_one_pass_softmax_and_rejects_a_naive_one(capsys):
