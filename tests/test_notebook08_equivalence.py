@@ -19,7 +19,7 @@ def nb():
 
 def test_marked_cells_are_the_ones_tested(nb):
     assert_marked_cells_define(
-        NOTEBOOK, nb, {"final_distribution", "coverage_loss", "decoder_step"}
+        NOTEBOOK, nb, {"final_distribution", "coverage_loss", "decoder_step", "summary_loss"}
     )
 
 
@@ -62,3 +62,22 @@ def test_decoder_step_equals_library(nb, switches):
             assert torch.allclose(ours[0], log_probs, atol=1e-5)
             assert torch.allclose(ours[1], new_state[0], atol=1e-6)
             state, token = new_state, log_probs.argmax(-1)
+
+
+@pytest.mark.parametrize(
+    ("switches", "weight"), [(dict(pointer=False), 0.0), (dict(), 0.0), (dict(coverage=True), 1.0)]
+)
+def test_summary_loss_equals_library(nb, switches, weight):
+    vocab = news.news_vocab(news.make_reports(200, seed=0))
+    data = news.NewsData(news.make_reports(5, split="val", seed=2), vocab)
+    torch.manual_seed(0)
+    model = sm.build_model(True, vocab, emb_dim=8, hidden_dim=12, attn_dim=10, **switches)
+    if switches.get("coverage"):
+        torch.nn.init.normal_(model.w_c.weight)
+    batch = news.make_news_batch(data.encoded, vocab)
+    with torch.no_grad():
+        ours = nb["summary_loss"](model, batch, weight)
+        assert torch.allclose(ours, sm.summary_loss(model, batch, weight), atol=1e-6)
+        # and the coverage term is really in it: another weight gives another loss
+        if weight:
+            assert not torch.allclose(ours, nb["summary_loss"](model, batch, 0.0))
