@@ -44,15 +44,20 @@ def test_coverage_loss_equals_library(nb, seed):
     assert torch.allclose(nb["coverage_loss"](a, c), sm.coverage_loss(a, c))
 
 
-@pytest.mark.parametrize("switches", [dict(pointer=False), dict(), dict(coverage=True)])
-def test_decoder_step_equals_library(nb, switches):
+def _small_model_and_batch(switches, n_reports, seed):
+    """A small library model (coverage weights made non-zero) and a batch of val reports."""
     vocab = news.news_vocab(news.make_reports(200, seed=0))
-    data = news.NewsData(news.make_reports(4, split="val", seed=1), vocab)
+    data = news.NewsData(news.make_reports(n_reports, split="val", seed=seed), vocab)
     torch.manual_seed(0)
     model = sm.build_model(True, vocab, emb_dim=8, hidden_dim=12, attn_dim=10, **switches)
     if switches.get("coverage"):
         torch.nn.init.normal_(model.w_c.weight)
-    batch = news.make_news_batch(data.encoded, vocab)
+    return vocab, model, news.make_news_batch(data.encoded, vocab)
+
+
+@pytest.mark.parametrize("switches", [dict(pointer=False), dict(), dict(coverage=True)])
+def test_decoder_step_equals_library(nb, switches):
+    vocab, model, batch = _small_model_and_batch(switches, 4, seed=1)
     state = model.start(batch)
     token = torch.full((4,), vocab.bos_id)
     with torch.no_grad():
@@ -68,13 +73,7 @@ def test_decoder_step_equals_library(nb, switches):
     ("switches", "weight"), [(dict(pointer=False), 0.0), (dict(), 0.0), (dict(coverage=True), 1.0)]
 )
 def test_summary_loss_equals_library(nb, switches, weight):
-    vocab = news.news_vocab(news.make_reports(200, seed=0))
-    data = news.NewsData(news.make_reports(5, split="val", seed=2), vocab)
-    torch.manual_seed(0)
-    model = sm.build_model(True, vocab, emb_dim=8, hidden_dim=12, attn_dim=10, **switches)
-    if switches.get("coverage"):
-        torch.nn.init.normal_(model.w_c.weight)
-    batch = news.make_news_batch(data.encoded, vocab)
+    _, model, batch = _small_model_and_batch(switches, 5, seed=2)
     with torch.no_grad():
         ours = nb["summary_loss"](model, batch, weight)
         assert torch.allclose(ours, sm.summary_loss(model, batch, weight), atol=1e-6)
