@@ -135,9 +135,18 @@ def test_exercise_checkers_tell_right_from_wrong(nb, capsys):
     nb05.check_apply_rotary(nb["apply_rotary"])
     with pytest.raises(AssertionError):  # ignores the positions it was given
         nb05.check_apply_rotary(lambda x, positions: nb["apply_rotary"](x))
-    nb05.check_alibi_bias(nb["alibi_bias"])
-    with pytest.raises(AssertionError):  # a bonus for distance instead of a penalty
-        nb05.check_alibi_bias(lambda H, L: -nb["alibi_bias"](H, L))
-    with pytest.raises(AssertionError):  # the slopes in the opposite order of heads
-        nb05.check_alibi_bias(lambda H, L: nb["alibi_bias"](H, L).flip(0))
+
+    def cached(H, Lq, Lk):  # a right answer built from the notebook's alibi_bias
+        future = torch.arange(Lk)[None, :] > torch.arange(Lk - Lq, Lk)[:, None]
+        return nb["alibi_bias"](H, Lk)[:, Lk - Lq :].masked_fill(future, float("-inf"))
+
+    nb05.check_cached_alibi_bias(cached)
+    with pytest.raises(AssertionError):  # queries placed at the start, not the end, of the cache
+        nb05.check_cached_alibi_bias(
+            lambda H, Lq, Lk: nb["alibi_bias"](H, Lq, Lk).masked_fill(
+                torch.ones(Lq, Lk, dtype=torch.bool).triu(1), float("-inf")
+            )
+        )
+    with pytest.raises(AssertionError):  # no causal mask: future keys only penalised
+        nb05.check_cached_alibi_bias(lambda H, Lq, Lk: nb["alibi_bias"](H, Lk)[:, Lk - Lq :])
     assert "FAILED" in capsys.readouterr().out

@@ -1,9 +1,10 @@
 """Checkers for the exercises of notebook 05 (positional encoding).
 
 ``check_sinusoidal_encoding``, ``check_offset_rotation``, ``check_apply_rotary`` and
-``check_alibi_bias`` compare the sinusoidal table, the rotation ``M_k`` that shifts it by
-``k`` positions, rotary positions (explicit, out-of-order positions included) and ALiBi's
-per-head bias with the library's ``positional`` functions.
+``check_cached_alibi_bias`` compare the sinusoidal table, the rotation ``M_k`` that shifts it
+by ``k`` positions, rotary positions (explicit, out-of-order positions included) and ALiBi's
+causal bias for the newest queries over a longer cache with the library's ``positional``
+functions.
 """
 
 from __future__ import annotations
@@ -69,15 +70,27 @@ def check_apply_rotary(fn: Callable) -> None:
     )
 
 
-def check_alibi_bias(fn: Callable) -> None:
-    """Check a learner's ``alibi_bias(num_heads, L)`` -> ``(num_heads, L, L)``, H a power of 2."""
+def _cached_alibi_bias(num_heads: int, Lq: int, Lk: int) -> torch.Tensor:
+    """The reference: rows ``Lk - Lq .. Lk - 1`` of the full bias, future keys at -inf."""
+    rows = alibi_bias(num_heads, Lk)[:, Lk - Lq :, :]  # (H, Lq, Lk)
+    position = torch.arange(Lk - Lq, Lk)[:, None]  # (Lq, 1): where each query sits
+    return rows.masked_fill(torch.arange(Lk)[None, :] > position, float("-inf"))
+
+
+def check_cached_alibi_bias(fn: Callable) -> None:
+    """Check a learner's ``cached_alibi_bias(num_heads, Lq, Lk)`` -> ``(num_heads, Lq, Lk)``.
+
+    The ``Lq`` queries are the newest of ``Lk`` positions (a decoder reading a cache of
+    ``Lk`` keys); keys after a query's own position get ``-inf``.
+    """
     check_function(
         fn,
-        lambda num_heads, L: alibi_bias(num_heads, L),
-        [(1, 1), (2, 3), (8, 10), (16, 6)],
-        name="alibi_bias",
-        hint="the slopes are m_h = 2**(-8 * h / H) for h = 1 .. H (8 heads: 1/2 .. 1/256); "
-        "with offset = j - i from two aranges, the bias of head h is -m_h * |offset|: "
-        "slopes[:, None, None] times -offset.abs() broadcasts to (H, L, L).",
+        _cached_alibi_bias,
+        [(1, 1, 1), (2, 3, 3), (8, 1, 10), (8, 4, 10), (16, 2, 6)],
+        name="cached_alibi_bias",
+        hint="query i sits at position Lk - Lq + i, so its offset to key j is "
+        "j - (Lk - Lq + i); the bias is -m_h * |offset| where offset <= 0 and -inf where "
+        "offset > 0 (a key after the query). Build offset as (Lq, Lk) from two aranges and "
+        "broadcast the (H, 1, 1) slopes against it.",
         atol=1e-6,
     )
