@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02, nb14, nb16
+from course_utils.exercises import nb01, nb02, nb09, nb14, nb16
 
 
 def test_reference_solutions_pass(capsys):
@@ -170,6 +170,15 @@ def _without_heads(mha, x, heads, remove=True):
     return mha.out_proj(out.transpose(1, 2).reshape(B, L, E))
 
 
+def _caption_loss(logits, tgt_out, weights, pad_id, lam, mask_penalty=True):
+    real = tgt_out != pad_id
+    log_p = logits.log_softmax(-1).gather(-1, tgt_out.clamp(min=0)[..., None])[..., 0]
+    words = -(log_p * real).sum() / real.sum()
+    steps = real if mask_penalty else torch.ones_like(real)
+    received = (weights * steps[..., None]).sum(1)  # (B, P)
+    return words + lam * ((1 - received) ** 2).sum(-1).mean()
+
+
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
     (nb16.check_integrated_gradients, _integrated_gradients, _left_riemann_ig),
@@ -210,6 +219,11 @@ EXERCISES = [
         nb02.check_nadaraya_watson,
         _nadaraya_watson,
         lambda xq, xt, yt, h: _nadaraya_watson(xq, xt, yt, 1.0),  # ignores the bandwidth
+    ),
+    (
+        nb09.check_caption_loss,
+        _caption_loss,
+        lambda *args: _caption_loss(*args, mask_penalty=False),  # penalty over padded steps too
     ),
     (nb14.check_sharp_read, _read, lambda q, k, v, beta: _read(q, k, v, 1.0)),  # ignores beta
     (

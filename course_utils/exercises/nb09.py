@@ -3,8 +3,10 @@
 ``check_gated_grid_read`` compares one step of Show, Attend and Tell's look at the image
 (additive attention over the grid cells, then the gate ``beta``) with
 ``apps.captioning.spatial_attend`` around an ``attention.AdditiveScore`` holding the given
-matrices; ``check_doubly_stochastic`` compares ``sum_i (1 - sum_t a_ti)^2`` with
-``apps.captioning.doubly_stochastic_penalty``; ``check_peak_in_box`` compares whether an
+matrices; ``check_caption_loss`` compares the training loss (cross-entropy over the real
+steps plus ``lam`` times the mean doubly stochastic penalty), computed from a small spatial
+captioner's logits and weights, with ``apps.captioning.caption_loss`` on the same model and
+batch; ``check_peak_in_box`` compares whether an
 attention grid's peak falls inside a box with ``alignment.region_hits``.
 """
 
@@ -69,25 +71,24 @@ def check_gated_grid_read(fn: Callable) -> None:
     )
 
 
-def check_doubly_stochastic(fn: Callable) -> None:
-    """Check ``doubly_stochastic(weights (B, T, P), step_mask (B, T))`` -> ``(B,)``."""
-    g = seeded(91)
-
-    def case(B: int, T: int, P: int) -> tuple[Tensor, Tensor]:
-        weights = torch.softmax(torch.randn(B, T, P, generator=g), dim=-1)
-        step_mask = torch.rand(B, T, generator=g) > 0.3
-        step_mask[:, 0] = True
-        return weights, step_mask
-
-    by_hand = torch.tensor([[[0.5, 0.25, 0.25], [0.0, 1.0, 0.0]]]), torch.tensor([[True, True]])
+def check_caption_loss(fn: Callable) -> None:
+    """Check ``caption_loss(logits (B, T, V), tgt_out (B, T), weights (B, T, P), pad_id, lam)``
+    -> a scalar tensor, against ``apps.captioning.caption_loss(model, batch, lam)``."""
+    torch.manual_seed(93)
+    model = captioning.build_model(True, emb_dim=16, hidden_dim=24, attn_dim=16, channels=8)
+    data = captioning.make_splits(6, 1, 1, seed=93)["train"]
+    batch = data.batch(list(range(6)))  # captions of 2-4 digits: padded steps in most rows
+    with torch.no_grad():
+        logits, weights, _ = model.forward_with_attention(batch.images, batch.tgt_in)
+        expected = {lam: captioning.caption_loss(model, batch, lam) for lam in (0.0, 1.0, 0.3)}
     check_function(
         fn,
-        captioning.doubly_stochastic_penalty,
-        [by_hand, case(2, 4, 6), case(3, 6, 36)],
-        name="doubly_stochastic",
-        hint="zero the weights of padded steps (weights * step_mask[..., None]), sum them "
-        "over the steps to get what each cell received (B, P), then sum (1 - that)^2 over "
-        "the cells.",
+        lambda logits, tgt_out, weights, pad_id, lam: expected[lam],
+        [(logits, batch.tgt_out, weights, model.pad_id, lam) for lam in expected],
+        name="caption_loss",
+        hint="cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=pad_id) "
+        "averages over the real words only; the real steps are tgt_out != pad_id; add lam "
+        "times the mean over the images of the (B,) penalty of section 3.",
     )
 
 
