@@ -254,14 +254,15 @@ def plot_model_view(
     down and keys across, like :func:`plot_head_view`'s heatmap, and all share one colour
     bar (0 to 1). Token labels sit on the outer panels (keys under the bottom row, queries
     left of the first column), as large as a panel of ``panel_size`` inches allows; where a
-    label would be under 5 points, every second (third, ...) token is labelled. Drawn with
+    label would be under 7 points, every second (third, ...) token is labelled (a figure
+    this wide is shown shrunk in a notebook, and a smaller label cannot be read there). Drawn with
     ``imshow`` so that the 72 panels of a 6 x 12 model draw in about a second.
     """
     A = to_numpy(attentions)
     _check_square("attentions", A, tokens, 4)
     num_layers, H, L = A.shape[0], A.shape[1], len(tokens)
     per_token = 0.9 * 72 * panel_size / L  # points of panel height per token
-    stride = max(1, math.ceil(5.0 / per_token))  # label every stride-th token, at >= 5 pt
+    stride = max(1, math.ceil(7.0 / per_token))  # label every stride-th token, at >= 7 pt
     fontsize = min(8.0, per_token * stride)
     label = max(len(t) for t in tokens) * 0.6 * fontsize / 72 + 0.1  # inches of the longest
     # Margins in inches: layer names and query labels left, key labels below, title above,
