@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02, nb09, nb14, nb16
+from course_utils.exercises import nb01, nb02, nb09, nb10, nb14, nb16
 
 
 def test_reference_solutions_pass(capsys):
@@ -179,6 +179,16 @@ def _caption_loss(logits, tgt_out, weights, pad_id, lam, mask_penalty=True):
     return words + lam * ((1 - received) ** 2).sum(-1).mean()
 
 
+def _stack_frames(x, lengths, k, zero_padding=True):
+    B, F, D = x.shape
+    n = -(-F // k)
+    out = torch.zeros(B, n, k * D)
+    for b in range(B):
+        for f in range(min(F, int(lengths[b])) if zero_padding else F):
+            out[b, f // k, (f % k) * D : (f % k + 1) * D] = x[b, f]
+    return out, -(-lengths // k)
+
+
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
     (nb16.check_integrated_gradients, _integrated_gradients, _left_riemann_ig),
@@ -224,6 +234,11 @@ EXERCISES = [
         nb09.check_caption_loss,
         _caption_loss,
         lambda *args: _caption_loss(*args, mask_penalty=False),  # penalty over padded steps too
+    ),
+    (
+        nb10.check_stack_frames,
+        _stack_frames,
+        lambda x, lengths, k: _stack_frames(x, lengths, k, zero_padding=False),  # padding kept
     ),
     (nb14.check_sharp_read, _read, lambda q, k, v, beta: _read(q, k, v, 1.0)),  # ignores beta
     (

@@ -1,8 +1,8 @@
 """Checkers for the exercises of notebook 10 (speech recognition).
 
 ``check_mel_filterbank`` compares triangular mel filters with ``apps.audio.mel_filterbank``;
-``check_pyramid_reduce`` compares the listener's halving of the time axis with
-``apps.speech.pyramid_reduce``; ``check_monotonic_share`` compares the share of decoding steps
+``check_stack_frames`` compares stacking ``k`` consecutive frames (``k`` a power of two)
+with ``k``'s number of halvings by ``apps.speech.pyramid_reduce``; ``check_monotonic_share`` compares the share of decoding steps
 whose attention peak does not move back with ``alignment.monotonic_share``.
 """
 
@@ -33,22 +33,32 @@ def check_mel_filterbank(fn: Callable) -> None:
     )
 
 
-def check_pyramid_reduce(fn: Callable) -> None:
-    """Check ``pyramid_reduce(x (B, F, D), lengths (B,))`` -> ``(B, ceil(F / 2), 2 D)`` and
-    the new lengths ``ceil(lengths / 2)``."""
+def _stacked_by_halving(x: Tensor, lengths: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """``k`` a power of two: log2(k) pyramid levels without the BLSTMs between them."""
+    for _ in range(k.bit_length() - 1):
+        x, lengths = speech.pyramid_reduce(x, lengths)
+    return x, lengths
+
+
+def check_stack_frames(fn: Callable) -> None:
+    """Check ``stack_frames(x (B, F, D), lengths (B,), k)`` -> ``(B, ceil(F / k), k D)`` and
+    the new lengths ``ceil(lengths / k)``, for ``k`` = 2, 4 and 8."""
     g = seeded(100)
 
-    def case(lengths: list[int], D: int) -> tuple[Tensor, Tensor]:
-        return torch.randn(len(lengths), max(lengths), D, generator=g), torch.tensor(lengths)
+    def case(lengths: list[int], D: int, k: int) -> tuple[Tensor, Tensor, int]:
+        x = torch.randn(len(lengths), max(lengths), D, generator=g)
+        return x, torch.tensor(lengths), k
 
     check_function(
         fn,
-        speech.pyramid_reduce,
-        [case([4], 2), case([5, 3], 3), case([7, 7, 2], 4), case([1, 6], 2)],
-        name="pyramid_reduce",
-        hint="zero the padded frames (frame f of example b is real when f < lengths[b]); if "
-        "F is odd add one zero frame at the end; reshape (B, F, D) -> (B, F // 2, 2 * D), "
-        "which puts frames 2i and 2i + 1 side by side; lengths -> (lengths + 1) // 2.",
+        _stacked_by_halving,
+        [case([4], 2, 2), case([5, 3], 3, 2), case([9, 7, 2], 2, 4), case([1, 6], 2, 4)]
+        + [case([17, 11, 8], 3, 8), case([3], 1, 8)],
+        name="stack_frames",
+        hint="zero the padded frames (frame f of example b is real when f < lengths[b]); pad "
+        "the time axis with zero frames up to a multiple of k; reshape (B, F, D) -> "
+        "(B, F // k, k * D), which puts frames k i .. k i + k - 1 side by side; lengths -> "
+        "(lengths + k - 1) // k.",
     )
 
 
