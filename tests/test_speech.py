@@ -111,6 +111,13 @@ def test_the_application_protocol(val):
     with pytest.raises(ValueError, match="listener_dim"):
         speech.build_model(True, listener_dim=0)
     assert set(speech.evaluate(small(False), val)) == {"cer", "wer"}
+    mute = small()  # an untrained speller can stop at once on every clip
+    with torch.no_grad():
+        mute.out.bias.fill_(-1e4)
+        mute.out.bias[mute.eos_id] = 1e4
+    scores = speech.evaluate(mute, val)
+    assert scores["cer"] == pytest.approx(1.0) and scores["progress"] == 0.0
+    assert scores["monotonic"] != scores["monotonic"] and not scores["chance"] >= 0  # NaN
     loss = speech.speech_loss(small(), val.batch([0, 1]))
     assert loss.item() == pytest.approx(torch.log(torch.tensor(30.0)).item(), rel=0.2)
     assert isinstance(val.batch([0]), SpeechBatch)

@@ -235,8 +235,11 @@ def evaluate(model: ListenAttendSpell, data: SpeechData) -> dict[str, float]:
     ``"progress"`` (:func:`~course_utils.alignment.peak_progress`: the Spearman correlation
     of step and attention peak, averaged over clips; 0 for a frozen or a random peak),
     ``"monotonic"`` (share of steps whose attention peak does not move back; 1 for a frozen
-    peak) and its ``"chance"`` level for random peaks.
+    peak) and its ``"chance"`` level for random peaks. A speller that stops after one step
+    on every clip (an untrained one can) has no peak that moves: progress 0, and NaN for the
+    share and its chance, which no threshold then passes.
 
+    >>> _ = torch.manual_seed(0)
     >>> sorted(evaluate(build_model(attention=True), load_speech("val")))
     ['cer', 'chance', 'monotonic', 'progress', 'wer']
     """
@@ -249,8 +252,10 @@ def evaluate(model: ListenAttendSpell, data: SpeechData) -> dict[str, float]:
         "cer": error_rate(texts, data.texts, "char"),
         "wer": error_rate(texts, data.texts, "word"),
     }
-    if model.config.attention:
-        kept = [w for w in weights if w.shape[0] >= 2]
+    kept = [w for w in weights if w is not None and w.shape[0] >= 2]  # None: no attention
+    if model.config.attention and not kept:  # no clip has two steps to compare
+        out.update(progress=0.0, monotonic=float("nan"), chance=float("nan"))
+    elif kept:
         S = max(w.shape[1] for w in kept)
         padded = torch.zeros(len(kept), max(w.shape[0] for w in kept), S)
         for i, w in enumerate(kept):
