@@ -10,8 +10,10 @@ num_heads``: multi-head attention; ``1``: multi-query); a pre-norm :class:`Block
 Positions (``LMConfig.position``): ``"learned"`` and ``"sinusoidal"`` vectors are added to
 the token embeddings; ``"rope"`` rotates queries and keys; ``"alibi"`` adds a linear bias to
 the scores. Rotations and biases use positions *inside the cache*: without trimming those
-are the tokens' positions; with a window they stay below the window's size (StreamingLLM's
-choice), so the keys are cached before their rotation. A block of new queries after cached
+are the tokens' positions, and RoPE keys are cached after their rotation, each rotated once
+(as the caches of Hugging Face transformers, vLLM and llama.cpp do); with a window the
+positions stay below the window's size (StreamingLLM's choice), so there the keys are cached
+before their rotation and the whole window is rotated again at every step. A block of new queries after cached
 keys needs the causal mask aligned at the bottom-right: ``causal_mask(Lq, Lk, offset=Lk -
 Lq)``. Shapes as in the glossary: ``H`` query heads, ``Hkv`` key/value heads, ``D`` per head.
 """
@@ -119,7 +121,11 @@ class KVCache:
 
     def __len__(self) -> int:
         """Positions held now (those of layer 0)."""
-        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
+        return self.length(0)
+
+    def length(self, layer: int) -> int:
+        """Positions ``layer`` holds now (before this step's block, while a forward runs)."""
+        return 0 if self.keys[layer] is None else self.keys[layer].shape[-2]
 
     def append(
         self, layer: int, k: torch.Tensor, v: torch.Tensor
@@ -157,7 +163,9 @@ class GroupedQueryAttention(nn.Module):
     Query head ``h`` reads key/value head ``h // (num_heads / num_kv_heads)``. ``forward(x
     (B, L, E), cache=None, need_weights=False, rope_scale=1.0) -> (out (B, L, E), weights
     (B, H, L, T) or None)``, where ``T`` counts the cached positions plus ``L``. ``rope_scale``
-    multiplies RoPE's positions (position interpolation uses train length / eval length).
+    multiplies RoPE's positions (position interpolation uses train length / eval length); a
+    cache without a window holds keys rotated at the scale of the call that added them, so
+    keep one scale per cache.
     """
 
     def __init__(self, config: LMConfig):
@@ -185,13 +193,20 @@ class GroupedQueryAttention(nn.Module):
         q = self.w_q(x).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
         k = self.w_k(x).view(B, L, Hkv, D).transpose(1, 2)  # (B, Hkv, L, D)
         v = self.w_v(x).view(B, L, Hkv, D).transpose(1, 2)  # (B, Hkv, L, D)
+        rope, windowed = self.position == "rope", cache is not None and cache.window is not None
+        if rope and not windowed:  # rotate the new keys once, at their positions, then cache
+            held = 0 if cache is None else cache.length(layer)
+            k = apply_rotary(
+                k, torch.arange(held, held + L, device=x.device) * rope_scale, self.rope_base
+            )
         if cache is not None:
             k, v = cache.append(layer, k, v)  # (B, Hkv, T, D): the past and the new block
         T = k.shape[-2]
         q_pos = torch.arange(T - L, T, device=x.device)  # new queries are the last L positions
         k_pos = torch.arange(T, device=x.device)
-        if self.position == "rope":  # keys are cached unrotated, so positions may be remapped
+        if rope:
             q = apply_rotary(q, q_pos * rope_scale, self.rope_base)
+        if rope and windowed:  # keys cached unrotated: re-rotated at their places in the window
             k = apply_rotary(k, k_pos * rope_scale, self.rope_base)
         group = H // Hkv
         k = k.repeat_interleave(group, dim=1)  # (B, Hkv, T, D) -> (B, H, T, D)

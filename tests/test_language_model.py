@@ -24,6 +24,7 @@ from course_utils.language_model import (
     streaming_loss_per_position,
 )
 from course_utils.measure import count_multiply_adds, generation_multiply_adds, kv_cache_bytes
+from course_utils.positional import apply_rotary
 
 POSITIONS = ["rope", "alibi", "learned", "sinusoidal", "none"]
 
@@ -161,6 +162,25 @@ def test_a_cache_longer_than_the_models_window_is_an_error():
         model(torch.randint(0, 20, (1, 3)), cache)
     with pytest.raises(ValueError, match="max_len = 10"):
         model(torch.randint(0, 20, (1, 11)))
+
+
+def test_rope_keys_are_cached_rotated_once_and_unrotated_in_a_window():
+    model = small_model("rope", num_layers=1)
+    attn = model.blocks[0].attn
+    ids = torch.randint(0, 20, (2, 9))
+    with torch.no_grad():
+        x = model.blocks[0].norm1(model.embed(ids))  # what the layer's projections read
+        raw = attn.w_k(x).view(2, 9, 4, 8).transpose(1, 2)  # (B, Hkv, L, D), not rotated
+    cache = model.new_cache()
+    model(ids[:, :5], cache)
+    for t in range(5, 9):  # later blocks are rotated at their own positions, not from 0
+        model(ids[:, t : t + 1], cache)
+    expected = apply_rotary(raw, torch.arange(9), model.config.rope_base)
+    torch.testing.assert_close(cache.keys[0], expected, atol=1e-6, rtol=1e-5)
+    windowed = model.new_cache(window=20)  # StreamingLLM's cache re-rotates at every step
+    for t in range(9):
+        model(ids[:, t : t + 1], windowed)
+    torch.testing.assert_close(windowed.keys[0], raw, atol=1e-6, rtol=1e-5)
 
 
 def test_windowed_cache_keeps_sinks_and_the_last_tokens():
