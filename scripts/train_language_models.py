@@ -1,11 +1,11 @@
 """Train the character language models of notebook 17 and store them small in data/lm/.
 
-    python scripts/train_language_models.py             # all seven, about 16 min on 1 thread
+    python scripts/train_language_models.py             # all eight (notebook 17 prints each time)
     python scripts/train_language_models.py --only rope # one of them
     python scripts/train_language_models.py --check     # retrain into a temporary folder and
                                                         # say whether data/lm is reproduced
 
-Seven models of the same shape (2 layers, d_model 128, 4 query heads, d_ff 384) are trained
+Eight models of the same shape (2 layers, d_model 128, 4 query heads, d_ff 384) are trained
 on the same budget (the same steps, batches and learning-rate schedule) on windows of 128
 characters of the Python standard library's source (``course_utils.text.stdlib_text``):
 
@@ -13,7 +13,9 @@ characters of the Python standard library's source (``course_utils.text.stdlib_t
   (multi-head, grouped-query and multi-query attention);
 - ``sinusoidal``, ``learned``, ``alibi``: the other position encodings, for extrapolation;
 - ``rope-start``: ``rope`` again, but every training window starts with a start token (id
-  0), the one position every query sees in every window: where attention sinks form.
+  0), the one position every query sees in every window: where attention sinks form;
+- ``nope``: no position information at all (NoPE): only the causal mask tells positions
+  apart, for extrapolation.
 
 Everything random comes from ``--seed`` (initial weights, then the training windows), and
 torch runs on ``--threads`` threads, so a rerun on the same machine and versions gives the
@@ -55,6 +57,7 @@ MODELS = {
     "learned": dict(position="learned"),
     "alibi": dict(position="alibi"),
     "rope-start": dict(position="rope"),
+    "nope": dict(position="none"),
 }
 START_TOKEN = {"rope-start": 0}  # models whose windows begin with a start token (the unknown id)
 SHAPE = dict(d_model=128, num_heads=4, num_layers=2, d_ff=384, max_len=512)

@@ -1,5 +1,9 @@
 """Notebook 17's from-scratch definitions equal the library and PyTorch's own attention.
 
+The model written out (``TinyGPT``) loads ``lm.DecoderLM``'s weights and gives its logits,
+in one pass and through its own cache of rotated keys; ``train_step`` takes the step that
+``training.fit`` takes.
+
 Only the cells whose first line is ``# from-scratch: <name>`` run here (in notebook order,
 in one namespace holding ``math``, ``torch``, ``F`` and the course's attention), so the test
 is fast and needs neither the text nor the stored models. The exercise checkers are tested
@@ -13,12 +17,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
 from course_utils import language_model as lm
 from course_utils import measure, sampling
 from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.exercises import nb17
+from course_utils.positional import apply_rotary
+from course_utils.text import LMBatch
+from course_utils.training import fit
+from course_utils.transformer import FeedForward
 
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
@@ -31,6 +40,8 @@ EXPECTED = {
     "sample_next",
     "kv_cache_bytes",
     "step_multiply_adds",
+    "TinyGPT",
+    "train_step",
 }
 
 
@@ -41,6 +52,9 @@ def nb():
         "torch": torch,
         "F": F,
         "scaled_dot_product_attention": scaled_dot_product_attention,
+        "nn": nn,
+        "apply_rotary": apply_rotary,
+        "FeedForward": FeedForward,
     }
     return run_from_scratch_cells(NOTEBOOK, namespace)
 
@@ -127,6 +141,70 @@ def test_step_multiply_adds_sum_to_the_librarys_totals(nb, config, use_cache):
 # ---------------------------------------------------------------------------------------
 # Exercise checkers: the solution passes, a plausible mistake fails
 # ---------------------------------------------------------------------------------------
+def library_model(num_kv_heads, seed=0):
+    torch.manual_seed(seed)
+    config = lm.LMConfig(
+        vocab_size=11,
+        d_model=32,
+        num_heads=4,
+        num_kv_heads=num_kv_heads,
+        d_ff=40,
+        num_layers=2,
+        max_len=24,
+        position="rope",
+    )
+    model = lm.DecoderLM(config).eval()
+    with torch.no_grad():  # larger weights than the init, so that mistakes show
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("num_kv_heads", [4, 2, 1])
+def test_tiny_gpt_with_the_librarys_weights_gives_its_logits_with_and_without_a_cache(
+    nb, num_kv_heads
+):
+    library = library_model(num_kv_heads)
+    mine = nb["TinyGPT"](library.config).eval()
+    mine.load_state_dict(library.state_dict())  # strict: the same names and shapes
+    ids = torch.randint(0, 11, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = library(ids)
+        torch.testing.assert_close(mine(ids), expected, atol=1e-5, rtol=1e-5)
+        cache = [{} for _ in mine.blocks]
+        blocks = [(0, 6), (6, 7), (7, 13)] + [(t, t + 1) for t in range(13, 20)]
+        stepwise = torch.cat([mine(ids[:, a:b], cache) for a, b in blocks], dim=1)
+        torch.testing.assert_close(stepwise, expected, atol=1e-5, rtol=1e-5)
+        assert cache[1]["k"].shape == (3, num_kv_heads, 20, 8)
+        library_cache = library.new_cache()
+        library(ids, library_cache)  # the library's cache holds the same rotated keys
+        for layer in range(2):
+            torch.testing.assert_close(
+                cache[layer]["k"], library_cache.keys[layer], atol=1e-5, rtol=1e-5
+            )
+
+
+def test_train_step_takes_fits_step(nb):
+    windows = torch.randint(0, 11, (4, 13), generator=torch.Generator().manual_seed(2))
+    batch = LMBatch(windows[:, :-1], windows[:, 1:])
+    by_hand, by_fit = library_model(2, seed=3).train(), library_model(2, seed=3).train()
+    loss = nb["train_step"](by_hand, torch.optim.AdamW(by_hand.parameters(), lr=1e-2), windows)
+    assert loss == pytest.approx(lm.lm_loss(library_model(2, seed=3), batch).item(), rel=1e-5)
+    fit(
+        by_fit,
+        iter([batch]),
+        lm.lm_loss,
+        1,
+        optimizer=torch.optim.AdamW(by_fit.parameters(), lr=1e-2),
+        progress=False,
+    )
+    for a, b in zip(by_hand.parameters(), by_fit.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    assert not torch.equal(
+        by_hand.embed.weight, library_model(2, seed=3).embed.weight
+    )  # it stepped
+
+
 def test_check_min_p_filter(capsys):
     def solution(logits, min_p):
         probs = torch.softmax(logits, dim=-1)
