@@ -89,6 +89,41 @@ def test_read_recall_against_a_loop():
     assert out["recall"] == pytest.approx(hits / 30) and 0 < hits < 30
 
 
+def test_linear_read_is_the_sum_of_values_weighted_by_raw_matches():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (
+        torch.randn(4, 6, generator=g),
+        torch.randn(4, 9, 6, generator=g),
+        torch.randn(4, 9, 3, generator=g),
+    )
+    expected = torch.stack(
+        [sum(float(k[b, i] @ q[b]) * v[b, i] for i in range(9)) for b in range(4)]
+    )
+    torch.testing.assert_close(memory.linear_read(q, k, v), expected, atol=1e-5, rtol=1e-5)
+    # orthonormal keys (N <= D): the read returns the queried value exactly
+    keys = torch.linalg.qr(torch.randn(8, 8, generator=g))[0][:5]  # (5, 8), orthonormal rows
+    torch.testing.assert_close(
+        memory.linear_read(keys[2], keys, v[0, :5]), v[0, 2], atol=1e-5, rtol=1e-5
+    )
+    with pytest.raises(ValueError):
+        memory.linear_read(q, k, v[:, :8])  # 9 keys, 8 values
+
+
+def test_linear_recall_against_a_loop_on_read_recalls_memories():
+    out = memory.linear_recall(7, 5, trials=40, seed=6)
+    g = torch.Generator().manual_seed(6)  # the draws of read_recall
+    keys = torch.nn.functional.normalize(torch.randn(40, 7, 5, generator=g), dim=-1)
+    values = torch.randn(40, 7, 5, generator=g)
+    pick = torch.randint(7, (40,), generator=g)
+    hits = 0
+    for t in range(40):
+        read = sum(float(keys[t, i] @ keys[t, pick[t]]) * values[t, i] for i in range(7))
+        cos = [float(torch.cosine_similarity(read, values[t, i], 0)) for i in range(7)]
+        hits += max(range(7), key=cos.__getitem__) == int(pick[t])
+    assert out == pytest.approx(hits / 40) and 0 < hits < 40
+    assert memory.linear_recall(4, 256, trials=50) == 1.0  # nearly orthogonal keys: exact enough
+
+
 def test_recall_data_and_models():
     b = memory.make_recall(50, 5, seed=2)
     assert all(len(set(row.tolist())) == 5 for row in b.keys)  # distinct keys

@@ -13,7 +13,7 @@ from course_utils.attention import masked_softmax
 from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
 
 NOTEBOOK = "14_attention_as_memory.ipynb"
-MARKED = {"soft_read", "hard_lookup", "PairReader", "MemoryNetwork"}
+MARKED = {"soft_read", "hard_lookup", "linear_read", "PairReader", "MemoryNetwork"}
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,7 @@ def test_reads_equal_library(nb, seed):
         torch.testing.assert_close(a, b)
     for a, b in zip(nb["hard_lookup"](q, k, v), memory.hard_read(q, k, v), strict=True):
         torch.testing.assert_close(a, b)
+    torch.testing.assert_close(nb["linear_read"](q, k, v), memory.linear_read(q, k, v))
 
 
 @pytest.mark.parametrize("num_pairs", [1, 5, 16])

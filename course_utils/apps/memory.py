@@ -53,6 +53,23 @@ def memory_read(
     return (weights.unsqueeze(-2) @ values).squeeze(-2), weights  # (..., 1, N) @ (..., N, Dv)
 
 
+def linear_read(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Fast-weight read: write the pairs into one matrix ``M = sum_i v_i k_i^T`` ``(..., Dv,
+    D)`` and read ``M q``, which is ``sum_i (k_i . q) v_i``: the soft read without its softmax
+    (Schlag, Irie & Schmidhuber 2021; linear attention with identity features, notebook 13).
+
+    ``query (..., D)``, ``keys (..., N, D)``, ``values (..., N, Dv)`` -> ``read (..., Dv)``.
+
+    >>> keys, values = torch.eye(2), torch.tensor([[10.0], [20.0]])
+    >>> linear_read(torch.tensor([1.0, 0.5]), keys, values)  # 1 * 10 + 0.5 * 20
+    tensor([20.])
+    """
+    check_tensor("query", query)
+    check_qkv(query.unsqueeze(-2), keys, values)
+    M = values.transpose(-2, -1) @ keys  # (..., Dv, N) @ (..., N, D) -> (..., Dv, D)
+    return (M @ query.unsqueeze(-1)).squeeze(-1)  # (..., Dv, D) @ (..., D, 1) -> (..., Dv)
+
+
 def hard_read(
     query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,20 +109,38 @@ def read_recall(
     """Store ``num_pairs`` random (unit key, Gaussian value) pairs, read each trial's memory
     with one stored key; ``{"weight": mean weight on the right slot, "recall": share of reads
     closer (cosine) to the right value than to any other stored value}``."""
+    keys, values, pick = _random_memories(num_pairs, key_dim, trials, seed)
+    rows = torch.arange(trials)
+    read, weights = memory_read(keys[rows, pick], keys, values, beta)  # (trials, Dv), (trials, N)
+    return {"weight": weights[rows, pick].mean().item(), "recall": _recall(read, values, pick)}
+
+
+def linear_recall(num_pairs: int, key_dim: int, trials: int = 200, seed: int = 0) -> float:
+    """:func:`read_recall`'s recall for a :func:`linear_read` of the same memories (the same
+    ``seed`` draws the same keys, values and queried slots)."""
+    keys, values, pick = _random_memories(num_pairs, key_dim, trials, seed)
+    read = linear_read(keys[torch.arange(trials), pick], keys, values)  # (trials, Dv)
+    return _recall(read, values, pick)
+
+
+def _random_memories(
+    num_pairs: int, key_dim: int, trials: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``trials`` memories of unit keys ``(trials, N, D)`` and Gaussian values ``(trials, N,
+    D)``, and the slot each trial reads ``(trials,)``."""
     check_positive("num_pairs", num_pairs)
     check_positive("key_dim", key_dim)
     check_positive("trials", trials)
     g = torch.Generator().manual_seed(seed)
     keys = nn.functional.normalize(torch.randn(trials, num_pairs, key_dim, generator=g), dim=-1)
     values = torch.randn(trials, num_pairs, key_dim, generator=g)
-    pick = torch.randint(num_pairs, (trials,), generator=g)
-    rows = torch.arange(trials)
-    read, weights = memory_read(keys[rows, pick], keys, values, beta)  # (trials, Dv), (trials, N)
+    return keys, values, torch.randint(num_pairs, (trials,), generator=g)
+
+
+def _recall(read: torch.Tensor, values: torch.Tensor, pick: torch.Tensor) -> float:
+    """Share of reads ``(trials, Dv)`` closer (cosine) to value ``pick`` than to any other."""
     cosine = nn.functional.cosine_similarity(read.unsqueeze(1), values, dim=-1)  # (trials, N)
-    return {
-        "weight": weights[rows, pick].mean().item(),
-        "recall": (cosine.argmax(-1) == pick).float().mean().item(),
-    }
+    return (cosine.argmax(-1) == pick).float().mean().item()
 
 
 # ---------------------------------------------------------------------------------------
