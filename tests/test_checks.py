@@ -24,6 +24,26 @@ def test_naive_masked_softmax_fails_with_a_hint(capsys):
     assert "NaN" in out and "Hint:" in out
 
 
+def test_staged_hints_come_one_per_failed_check(capsys, monkeypatch):
+    monkeypatch.setattr(exercises, "_FAILED_CHECKS", {})  # a learner who has not failed yet
+    wrong = lambda logits, min_p: logits  # noqa: E731  (keeps every token)
+    from course_utils.exercises import nb17
+
+    outs = []
+    for _ in range(3):
+        with pytest.raises(AssertionError, match="min_p_filter"):
+            nb17.check_min_p_filter(wrong)
+        outs.append(capsys.readouterr().out)
+    assert "Hint 1 of 2: work with probabilities" in outs[0] and "Hint 2 of 2" not in outs[0]
+    assert "more detailed hint comes" in outs[0]
+    assert "Hint 2 of 2: probs = torch.softmax" in outs[1] and "more detailed" not in outs[1]
+    assert outs[2].count("Hint") == 2  # nothing more to give
+    nb17.check_min_p_filter(lambda logits, min_p: logits.masked_fill(
+        torch.softmax(logits, -1) < min_p * torch.softmax(logits, -1).max(-1, keepdim=True).values,
+        float("-inf")))  # fmt: skip
+    assert "all" in capsys.readouterr().out
+
+
 def test_unscaled_attention_fails_on_values(capsys):
     def unscaled(q, k, v, mask=None):
         w = attention.masked_softmax(q @ k.transpose(-2, -1), mask)

@@ -72,12 +72,15 @@ def _compare(expected: object, got: object, atol: float) -> str | None:
     return None if got == expected else f"expected {expected!r}, got {got!r}"
 
 
+_FAILED_CHECKS: dict[str, int] = {}  # checker name -> failed calls so far (staged hints)
+
+
 def check_function(
     learner_fn: Callable,
     reference_fn: Callable,
     cases: Sequence[tuple],
     name: str,
-    hint: str = "",
+    hint: str | Sequence[str] = "",
     atol: float = 1e-5,
 ) -> None:
     """Call both functions on every case (a tuple of arguments) and compare the results.
@@ -85,6 +88,28 @@ def check_function(
     Prints one line per case, expected against got on a mismatch, and the hint; raises
     ``AssertionError`` when any case failed. Returns nothing, so a notebook cell that ends
     with a check shows only what the check printed.
+
+    ``hint`` may be staged, a sequence from the idea to the code: the first failed check of
+    ``name`` shows the first hint, each further failed check one more.
+
+    >>> def attempt(learner_fn):
+    ...     stages = ["what happens to a negative number?", "return x if x >= 0 else -x"]
+    ...     try:
+    ...         check_function(learner_fn, abs, [(-2,)], name="my_abs", hint=stages)
+    ...     except AssertionError as failed:
+    ...         print(failed)
+    >>> attempt(lambda x: x)
+    [my_abs] case 1 FAILED on inputs (int -2):
+      expected 2, got -2
+    Hint 1 of 2: what happens to a negative number?
+    (A more detailed hint comes with the next failed check.)
+    my_abs: 1 of 1 cases failed
+    >>> attempt(lambda x: x)
+    [my_abs] case 1 FAILED on inputs (int -2):
+      expected 2, got -2
+    Hint 1 of 2: what happens to a negative number?
+    Hint 2 of 2: return x if x >= 0 else -x
+    my_abs: 1 of 1 cases failed
     """
     failures = 0
     for i, args in enumerate(cases, start=1):
@@ -107,10 +132,22 @@ def check_function(
         else:
             print(f"[{name}] case {i}: ok")
     if failures:
-        if hint:
-            print(f"Hint: {hint}")
+        _print_hints(name, [hint] if isinstance(hint, str) else list(hint))
         raise AssertionError(f"{name}: {failures} of {len(cases)} cases failed")
     print(f"{name}: all {len(cases)} cases passed.")
+
+
+def _print_hints(name: str, hints: list[str]) -> None:
+    """The hints a learner has earned: one more for every failed check of ``name``."""
+    tries = _FAILED_CHECKS[name] = _FAILED_CHECKS.get(name, 0) + 1
+    shown = [h for h in hints[:tries] if h]
+    if len(hints) == 1 and shown:
+        print(f"Hint: {shown[0]}")
+        return
+    for level, text in enumerate(shown, start=1):
+        print(f"Hint {level} of {len(hints)}: {text}")
+    if tries < len(hints):
+        print("(A more detailed hint comes with the next failed check.)")
 
 
 def seeded(seed: int) -> torch.Generator:

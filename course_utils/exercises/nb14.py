@@ -38,8 +38,12 @@ def check_sharp_read(fn: Callable) -> None:
         memory.memory_read,
         cases,
         name="sharp_read",
-        hint="scores = beta * (keys @ query) has one number per slot (N,); weights = their "
-        "softmax over dim 0; the read is weights @ values. With beta = 0 every slot gets 1/N.",
+        hint=(
+            "score every slot by how well its key matches the query, sharpen the scores by beta, "
+            "turn them into weights that sum to 1, and average the values with those weights.",
+            "scores = beta * (keys @ query) has one number per slot (N,); weights = their "
+            "softmax over dim 0; the read is weights @ values. With beta = 0 every slot gets 1/N.",
+        ),
     )
 
 
@@ -73,9 +77,13 @@ def check_hop(fn: Callable) -> None:
         _hop_reference,
         cases,
         name="hop",
-        hint="scores = (addresses @ u.unsqueeze(-1)).squeeze(-1) is (B, M); put -inf where "
-        "mask is False before the softmax (or use course_utils.attention.masked_softmax); "
-        "o = (weights.unsqueeze(1) @ contents).squeeze(1); return u + o and the weights.",
+        hint=(
+            "one hop is section 5's three equations: match u against every address, leave out the "
+            "padded sentences, read the contents with the weights, and add what was read to u.",
+            "scores = (addresses @ u.unsqueeze(-1)).squeeze(-1) is (B, M); put -inf where "
+            "mask is False before the softmax (or use course_utils.attention.masked_softmax); "
+            "o = (weights.unsqueeze(1) @ contents).squeeze(1); return u + o and the weights.",
+        ),
     )
 
 
@@ -95,7 +103,12 @@ def check_rule_answer(fn: Callable) -> None:
         reference,
         cases,
         name="rule_answer",
-        hint="read the story from the end. For 'where is the OBJECT', first find the last "
-        "sentence 'PERSON picked up the OBJECT' (hop 1: the holder), then the last "
-        "'PERSON went to the ROOM' (hop 2: the room). For 'where is PERSON' only the second step.",
+        hint=(
+            "which two sentences does the answer rest on, and in which order would you look for "
+            "them? The generator marks them as the supporting facts.",
+            "read the story from the end. For 'where is the OBJECT', first find the last "
+            "sentence 'PERSON picked up the OBJECT' (hop 1: the holder), then the last "
+            "'PERSON went to the ROOM' (hop 2: the room). For 'where is PERSON' only the second "
+            "step.",
+        ),
     )

@@ -44,9 +44,13 @@ def check_stacked_read(fn: Callable) -> None:
         _stacked_reference,
         [case(1, 4, 3, 5, 1), case(2, 9, 4, 6, 2), case(3, 36, 8, 4, 3)],
         name="stacked_read",
-        hint="u = query; for each (W_q, W_k, v): scores (B, P) = tanh(u @ W_q.T [:, None, :] + "
-        "regions @ W_k.T) @ v, weights = softmax over the regions, context = weights @ regions "
-        "(B, E), u = u + context; return (u, the weights stacked on dim 1).",
+        hint=(
+            "each glimpse is section 4's additive attention with the current query over the "
+            "regions; after each glimpse the query grows by what it read (u_k = u_(k-1) + c_k).",
+            "u = query; for each (W_q, W_k, v): scores (B, P) = tanh(u @ W_q.T [:, None, :] + "
+            "regions @ W_k.T) @ v, weights = softmax over the regions, context = weights @ regions "
+            "(B, E), u = u + context; return (u, the weights stacked on dim 1).",
+        ),
     )
 
 
@@ -75,9 +79,13 @@ def check_left_of(fn: Callable) -> None:
         lambda digits, boxes, named: expected[repr((digits, boxes, named))],
         cases,
         name="left_of",
-        hint="the named digit must appear exactly once; its box's centre column is "
-        "(left + right) / 2; among the other boxes whose centre is further left, take the one "
-        "with the largest centre column; None if there is none.",
+        hint=(
+            "'left of' compares horizontal positions: find where the named digit sits, then the "
+            "nearest digit on its left.",
+            "the named digit must appear exactly once; its box's centre column is "
+            "(left + right) / 2; among the other boxes whose centre is further left, take the one "
+            "with the largest centre column; None if there is none.",
+        ),
     )
 
 
@@ -101,7 +109,11 @@ def check_peak_in_any_box(fn: Callable) -> None:
         reference,
         cases,
         name="peak_in_any_box",
-        hint="row, col = divmod(argmax of the flattened grid, G); the cell's centre is at "
-        "((row + 0.5) * H / G, (col + 0.5) * W / G); True if top <= y < bottom and "
-        "left <= x < right for any box.",
+        hint=(
+            "find the grid cell with the largest weight, turn it into the pixel position of that "
+            "cell's centre, and test that point against every box.",
+            "row, col = divmod(argmax of the flattened grid, G); the cell's centre is at "
+            "((row + 0.5) * H / G, (col + 0.5) * W / G); True if top <= y < bottom and "
+            "left <= x < right for any box.",
+        ),
     )

@@ -61,9 +61,14 @@ def check_integrated_gradients(fn: Callable) -> None:
         attribution.integrated_gradients,
         cases,
         name="integrated_gradients",
-        hint="for k in 0 .. steps-1: point = baseline + (k + 0.5) / steps * (x - baseline), "
-        "made a leaf with requires_grad; add the gradient of f(point).sum() with respect to "
-        "point; return (x - baseline) * (the sum) / steps.",
+        hint=(
+            "integrated gradients averages the gradient along the straight path from the baseline "
+            "to the input (a Riemann sum at the midpoints of equal steps), then multiplies by "
+            "input minus baseline.",
+            "for k in 0 .. steps-1: point = baseline + (k + 0.5) / steps * (x - baseline), "
+            "made a leaf with requires_grad; add the gradient of f(point).sum() with respect to "
+            "point; return (x - baseline) * (the sum) / steps.",
+        ),
         atol=1e-4,
     )
     f, x, baseline, steps = cases[-1]
@@ -93,9 +98,13 @@ def check_precision_at_k(fn: Callable) -> None:
         attribution.precision_at_k,
         cases,
         name="precision_at_k",
-        hint="sort each row's scores from high to low, keeping ties in position order "
-        "(argsort(-scores, stable=True)); take the first k positions; the result is the "
-        "mean of rationale at those positions, as floats.",
+        hint=(
+            "rank the positions by score, keep the k best, and ask what share of them the "
+            "rationale marks.",
+            "sort each row's scores from high to low, keeping ties in position order "
+            "(argsort(-scores, stable=True)); take the first k positions; the result is the "
+            "mean of rationale at those positions, as floats.",
+        ),
     )
 
 
@@ -114,8 +123,12 @@ def check_js_divergence(fn: Callable) -> None:
         faithfulness.js_divergence,
         cases,
         name="js_divergence",
-        hint="m = (p + q) / 2; KL(a || m) = sum of a * log(a / m) over the entries where "
-        "a > 0 (torch.where keeps 0 log 0 out); return (KL(p || m) + KL(q || m)) / 2.",
+        hint=(
+            "the Jensen-Shannon divergence compares each distribution with their average through "
+            "the KL divergence and averages the two; entries with zero probability add nothing.",
+            "m = (p + q) / 2; KL(a || m) = sum of a * log(a / m) over the entries where "
+            "a > 0 (torch.where keeps 0 log 0 out); return (KL(p || m) + KL(q || m)) / 2.",
+        ),
     )
 
 
@@ -145,9 +158,13 @@ def check_gradient_times_difference(fn: Callable) -> None:
         _gradient_times_difference,
         [case(1, 3, 2), case(2, 5, 4), case(3, 7, 6)],
         name="gradient_times_difference",
-        hint="z = x.detach().requires_grad_(True); (grad,) = torch.autograd.grad(f(z).sum(), z) "
-        "(the examples are independent, so the sum's gradient holds each one's); "
-        "return (x - baseline) * grad.",
+        hint=(
+            "the gradient of the output with respect to the input, taken for all examples at "
+            "once, weighted by how far the input is from the baseline.",
+            "z = x.detach().requires_grad_(True); (grad,) = torch.autograd.grad(f(z).sum(), z) "
+            "(the examples are independent, so the sum's gradient holds each one's); "
+            "return (x - baseline) * grad.",
+        ),
     )
 
 
@@ -170,10 +187,14 @@ def check_mha_without_heads(fn: Callable) -> None:
         _without_heads,
         cases,
         name="mha_without_heads",
-        hint="q, k, v = mha.q_proj(x), mha.k_proj(x), mha.v_proj(x), each viewed as (B, L, H, D) "
-        "and transposed to (B, H, L, D); weights = softmax(q @ k^T / sqrt(D)); "
-        "heads_out = weights @ v (B, H, L, D); set heads_out[:, h] = 0 for each removed h; "
-        "transpose back, reshape to (B, L, E) and apply mha.out_proj (its bias stays).",
+        hint=(
+            "compute the attention layer by hand, keeping the heads apart, and zero the removed "
+            "heads' outputs before the heads are merged and projected.",
+            "q, k, v = mha.q_proj(x), mha.k_proj(x), mha.v_proj(x), each viewed as (B, L, H, D) "
+            "and transposed to (B, H, L, D); weights = softmax(q @ k^T / sqrt(D)); "
+            "heads_out = weights @ v (B, H, L, D); set heads_out[:, h] = 0 for each removed h; "
+            "transpose back, reshape to (B, L, E) and apply mha.out_proj (its bias stays).",
+        ),
     )
 
 
@@ -205,9 +226,13 @@ def check_induction_rule(fn: Callable) -> None:
         _induction_rule_reference,
         cases,
         name="induction_rule",
-        hint="for position i, look at positions j < i with ids[b, j] == ids[b, i]; take the "
-        "largest such j and predict ids[b, j + 1]; -1 where there is none. Position 0 is "
-        "always -1. Return a torch.long tensor of the same shape as ids.",
+        hint=(
+            "an induction head completes a repeat: find the last earlier occurrence of the "
+            "current token and predict the token that followed it.",
+            "for position i, look at positions j < i with ids[b, j] == ids[b, i]; take the "
+            "largest such j and predict ids[b, j + 1]; -1 where there is none. Position 0 is "
+            "always -1. Return a torch.long tensor of the same shape as ids.",
+        ),
     )
 
 
@@ -232,7 +257,12 @@ def check_eigen_copying(fn: Callable) -> None:
         _eigen_copying_reference,
         cases,
         name="eigen_copying",
-        hint="eigenvalues = torch.linalg.eigvals(ov) are complex; their sum is real (they come "
-        "in conjugate pairs): return (eigenvalues.sum().real / eigenvalues.abs().sum()).item().",
+        hint=(
+            "a copying OV circuit maps a token's direction to itself: measure how much of the "
+            "matrix's eigenvalue spectrum is positive and real, as a share of its total size.",
+            "eigenvalues = torch.linalg.eigvals(ov) are complex; their sum is real (they come "
+            "in conjugate pairs): return (eigenvalues.sum().real / "
+            "eigenvalues.abs().sum()).item().",
+        ),
         atol=1e-4,
     )

@@ -38,8 +38,12 @@ def check_min_p_filter(fn: Callable) -> None:
         _min_p_reference,
         cases,
         name="min_p_filter",
-        hint="probs = torch.softmax(logits, -1); keep = probs >= min_p * probs.max(-1, "
-        "keepdim=True).values; return logits.masked_fill(~keep, float('-inf')).",
+        hint=(
+            "work with probabilities, not logits: compare every token's probability with the "
+            "largest one in its row, then hide the others as top-k and top-p do.",
+            "probs = torch.softmax(logits, -1); keep = probs >= min_p * probs.max(-1, "
+            "keepdim=True).values; return logits.masked_fill(~keep, float('-inf')).",
+        ),
     )
 
 
@@ -58,8 +62,12 @@ def check_windowed_causal_mask(fn: Callable) -> None:
         _windowed_reference,
         cases,
         name="windowed_causal_mask",
-        hint="query i sits at position p = i + Lk - Lq; it may see key j when "
-        "p - window < j <= p. Build p (Lq, 1) and j (1, Lk) with torch.arange and compare.",
+        hint=(
+            "start from section 2's bottom-right causal mask and also forbid the keys that lie "
+            "window or more positions before the query.",
+            "query i sits at position p = i + Lk - Lq; it may see key j when "
+            "p - window < j <= p. Build p (Lq, 1) and j (1, Lk) with torch.arange and compare.",
+        ),
     )
 
 
@@ -90,6 +98,10 @@ def check_cached_attention_step(fn: Callable) -> None:
         _step_reference,
         cases,
         name="cached_attention_step",
-        hint="append along the positions (dim -2) with torch.cat; the new query is the last "
-        "position, so it may see every key: softmax(q @ k_all^T / sqrt(D)) @ v_all, no mask.",
+        hint=(
+            "a cache only grows: add the new key and value to it, then let the new query attend "
+            "over everything it holds; the new token is the last position, so nothing is masked.",
+            "append along the positions (dim -2) with torch.cat; the new query is the last "
+            "position, so it may see every key: softmax(q @ k_all^T / sqrt(D)) @ v_all, no mask.",
+        ),
     )
