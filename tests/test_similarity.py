@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -172,6 +173,58 @@ def test_sweep_equals_brute_force_ablation(model, small_sweep):
         assert sweep.layer_score_change[layer].item() == pytest.approx(score - sweep.score, abs=1e-6)  # fmt: skip
     assert sweep.shift.shape == sweep.score_change.shape == (6, 12)
     assert (sweep.shift > 0).all()  # every head writes something
+
+
+def test_sweep_keeps_the_similarities_behind_its_scores(small_sweep):
+    pairs, sweep = small_sweep
+    grades = [g for _, _, g in pairs]
+    assert sweep.similarities.shape == (6, 12, 6) and sweep.layer_similarities.shape == (6, 6)
+    assert similarity.similarity_score(sweep.base_similarities, grades) == pytest.approx(
+        sweep.score
+    )
+    for layer, head in ((0, 0), (4, 9)):
+        score = similarity.similarity_score(sweep.similarities[layer, head], grades)
+        assert score - sweep.score == pytest.approx(
+            sweep.score_change[layer, head].item(), abs=1e-6
+        )
+
+
+def fake_sweep(base, heads, layers):
+    """An AblationSweep holding only what bootstrap_score_change reads."""
+    zeros = torch.zeros(heads.shape[:2])
+    return similarity.AblationSweep(
+        zeros, zeros, zeros[:, 0], zeros[:, 0], 0.0, heads, layers, base
+    )
+
+
+def test_bootstrap_interval_equals_a_loop_with_scipy():
+    g = torch.Generator().manual_seed(3)
+    grades = [0, 1, 1, 2, 3, 3, 4, 5, 5, 2]
+    base = torch.tensor(grades, dtype=torch.float32) + torch.randn(10, generator=g)
+    heads = base + 1.5 * torch.randn(2, 3, 10, generator=g)  # (num_layers, H, P)
+    layers = base + 3.0 * torch.randn(2, 10, generator=g)
+    sweep = fake_sweep(base, heads, layers)
+    got = similarity.bootstrap_score_change(sweep, grades, resamples=200, level=0.9, seed=5)
+    draws = torch.randint(10, (200, 10), generator=torch.Generator().manual_seed(5))
+    for layer, h in itertools.product(range(2), range(3)):
+        changes = [spearmanr(heads[layer, h][d].numpy(), np.array(grades)[d.numpy()]).statistic
+                   - spearmanr(base[d].numpy(), np.array(grades)[d.numpy()]).statistic
+                   for d in draws]  # fmt: skip
+        expected = np.nanquantile(np.array(changes), [0.05, 0.95])
+        np.testing.assert_allclose(got.head[layer, h].numpy(), expected, atol=1e-6)
+    assert got.layer.shape == (2, 2) and (got.layer[:, 0] <= got.layer[:, 1]).all()
+    same = similarity.bootstrap_score_change(
+        fake_sweep(base, base.expand(1, 1, 10), base[None]), grades
+    )
+    assert (
+        same.head.abs().max() == 0 and same.layer.abs().max() == 0
+    )  # nothing removed, nothing moves
+    with pytest.raises(ValueError, match=r"one grade per pair \(10\), got 3"):
+        similarity.bootstrap_score_change(sweep, [1, 2, 3])
+    with pytest.raises(ValueError, match="level must lie strictly between 0 and 1"):
+        similarity.bootstrap_score_change(sweep, grades, level=95)
+    with pytest.raises(ValueError, match="resamples must be an int >= 2"):
+        similarity.bootstrap_score_change(sweep, grades, resamples=1)
 
 
 # -- bad input --------------------------------------------------------------------------

@@ -275,13 +275,19 @@ class AblationSweep(NamedTuple):
     between each sentence's embedding with head ``(l, h)`` removed and without;
     ``score_change (num_layers, H)``: the benchmark score with the head removed minus
     ``score``; ``layer_shift`` and ``layer_score_change`` ``(num_layers,)``: the same with
-    all of a layer's heads removed at once; ``score``: the unablated score."""
+    all of a layer's heads removed at once; ``score``: the unablated score. The pairs'
+    cosine similarities behind the scores: ``similarities (num_layers, H, P)`` with each
+    head removed, ``layer_similarities (num_layers, P)`` with each layer's heads removed,
+    ``base_similarities (P,)`` with nothing removed."""
 
     shift: torch.Tensor
     score_change: torch.Tensor
     layer_shift: torch.Tensor
     layer_score_change: torch.Tensor
     score: float
+    similarities: torch.Tensor
+    layer_similarities: torch.Tensor
+    base_similarities: torch.Tensor
 
 
 @torch.no_grad()
@@ -306,27 +312,74 @@ def head_ablation_sweep(
     for layer in layers:  # inputs[l]: what layer l reads, (N, L, E)
         inputs.append(layer(inputs[-1], keys)[0])
 
-    def run(start: int, heads: list[tuple[int, int]]) -> tuple[float, float]:
+    def run(start: int, heads: list[tuple[int, int]]) -> tuple[float, torch.Tensor]:
         x = inputs[start]
         with ablate_heads(model, heads):
             for layer in layers[start:]:
                 x = layer(x, keys)[0]
         emb = F.normalize(mean_pool(x, mask), dim=-1)  # (N, E)
-        shift = float((1 - (emb * base).sum(-1)).mean())
-        return shift, similarity_score(pair_similarities(emb, pairs), grades) - score
+        return float((1 - (emb * base).sum(-1)).mean()), pair_similarities(emb, pairs).cpu()
 
     base = F.normalize(mean_pool(inputs[-1], mask), dim=-1)  # (N, E)
-    score = similarity_score(pair_similarities(base, pairs), grades)
+    base_sims = pair_similarities(base, pairs).cpu()  # (P,)
+    score = similarity_score(base_sims, grades)
     num_layers, H = len(layers), model.config.num_heads
-    shift, change = torch.zeros(num_layers, H), torch.zeros(num_layers, H)
+    shift, sims = torch.zeros(num_layers, H), torch.zeros(num_layers, H, len(pairs))
     bar = tqdm(total=num_layers * (H + 1), desc="ablating heads", disable=not progress)
-    layer_shift, layer_change = torch.zeros(num_layers), torch.zeros(num_layers)
+    layer_shift, layer_sims = torch.zeros(num_layers), torch.zeros(num_layers, len(pairs))
     for layer in range(num_layers):
         for h in range(H):
-            shift[layer, h], change[layer, h] = run(layer, [(layer, h)])
+            shift[layer, h], sims[layer, h] = run(layer, [(layer, h)])
             bar.update()
         every_head = [(layer, h) for h in range(H)]
-        layer_shift[layer], layer_change[layer] = run(layer, every_head)
+        layer_shift[layer], layer_sims[layer] = run(layer, every_head)
         bar.update()
     bar.close()
-    return AblationSweep(shift, change, layer_shift, layer_change, score)
+    change = torch.tensor([[similarity_score(s, grades) - score for s in row] for row in sims])
+    layer_change = torch.tensor([similarity_score(s, grades) - score for s in layer_sims])
+    return AblationSweep(
+        shift, change, layer_shift, layer_change, score, sims, layer_sims, base_sims
+    )
+
+
+class ScoreChangeInterval(NamedTuple):
+    """:func:`bootstrap_score_change`'s result: ``head (num_layers, H, 2)`` and ``layer
+    (num_layers, 2)``, the low and high ends of each removal's interval for its score
+    change."""
+
+    head: torch.Tensor
+    layer: torch.Tensor
+
+
+def bootstrap_score_change(
+    sweep: AblationSweep,
+    grades: Sequence[int],
+    resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> ScoreChangeInterval:
+    """Paired bootstrap intervals for every removal's score change: draw the benchmark's
+    pairs with replacement ``resamples`` times, score the model with and without the
+    removal on the same draw, and keep the central ``level`` of the differences
+    (percentile intervals). It says how much a change depends on which pairs the
+    benchmark happened to hold; it cannot say anything about pairs of other kinds.
+    """
+    P = sweep.base_similarities.shape[-1]
+    if len(grades) != P:
+        raise ValueError(f"grades must have one grade per pair ({P}), got {len(grades)}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 2:
+        raise ValueError(f"resamples must be an int >= 2, got {resamples!r}")
+    draws = torch.randint(P, (resamples, P), generator=torch.Generator().manual_seed(seed))
+    y = torch.tensor(grades, dtype=torch.float64)[draws]  # (R, P): the drawn pairs' grades
+    base = spearman(sweep.base_similarities.double()[draws], y)  # (R,)
+    ends = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+
+    def interval(similarities: torch.Tensor) -> torch.Tensor:  # (P,) -> (2,)
+        change = spearman(similarities.double()[draws], y) - base  # (R,), paired
+        return torch.nanquantile(change, ends)
+
+    head = torch.stack([torch.stack([interval(s) for s in row]) for row in sweep.similarities])
+    layer = torch.stack([interval(s) for s in sweep.layer_similarities])
+    return ScoreChangeInterval(head, layer)
