@@ -7,6 +7,10 @@ without running the notebook's training, plots or widgets.
 from pathlib import Path
 
 import nbformat
+import pytest
+import torch
+
+from course_utils.training import fit
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 MARKER = "# from-scratch:"
@@ -40,3 +44,17 @@ def assert_marked_cells_define(notebook: str, namespace: dict, expected: set[str
         assert f"def {name}(" in source or f"class {name}(" in source, (
             f"cell marked {name} does not define it"
         )
+
+
+def assert_train_step_equals_fit(train_step, build, loss_fn, batch, lr: float) -> None:
+    """A notebook's written-out ``train_step(model, optimizer, batch)``, taken once from the
+    weights ``build()`` makes, returns the loss ``loss_fn`` gives and leaves the weights that
+    one step of ``training.fit`` (Adam at ``lr``, gradients clipped at 1) leaves."""
+    by_hand, by_fit = build(), build()
+    by_fit.load_state_dict(by_hand.state_dict())
+    expected_loss = loss_fn(by_fit, batch).item()
+    loss = train_step(by_hand, torch.optim.Adam(by_hand.parameters(), lr=lr), batch)
+    fit(by_fit, iter([batch]), loss_fn, 1, lr=lr, progress=False)
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    for a, b in zip(by_hand.parameters(), by_fit.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)

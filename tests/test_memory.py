@@ -52,13 +52,19 @@ def test_gradients_reach_keys_and_values_through_the_soft_read_only():
     assert values.grad.abs().sum() == 1 * values.shape[1]  # only the chosen row gets 1s
 
 
-def test_hard_read_is_the_value_of_the_best_key_and_the_soft_limit():
-    g = torch.Generator().manual_seed(1)
-    q, k, v = (
-        torch.randn(5, 4, generator=g),
-        torch.randn(5, 7, 4, generator=g),
-        torch.randn(5, 7, 3, generator=g),
+def random_memory(seed, batch, slots, key_dim, value_dim):
+    """Queries ``(batch, key_dim)``, keys ``(batch, slots, key_dim)`` and values ``(batch,
+    slots, value_dim)``, drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(batch, key_dim, generator=g),
+        torch.randn(batch, slots, key_dim, generator=g),
+        torch.randn(batch, slots, value_dim, generator=g),
     )
+
+
+def test_hard_read_is_the_value_of_the_best_key_and_the_soft_limit():
+    q, k, v = random_memory(seed=1, batch=5, slots=7, key_dim=4, value_dim=3)
     read, weights = memory.hard_read(q, k, v)
     for b in range(5):
         best = max(range(7), key=lambda i: float(k[b, i] @ q[b]))
@@ -90,12 +96,8 @@ def test_read_recall_against_a_loop():
 
 
 def test_linear_read_is_the_sum_of_values_weighted_by_raw_matches():
+    q, k, v = random_memory(seed=5, batch=4, slots=9, key_dim=6, value_dim=3)
     g = torch.Generator().manual_seed(5)
-    q, k, v = (
-        torch.randn(4, 6, generator=g),
-        torch.randn(4, 9, 6, generator=g),
-        torch.randn(4, 9, 3, generator=g),
-    )
     expected = torch.stack(
         [sum(float(k[b, i] @ q[b]) * v[b, i] for i in range(9)) for b in range(4)]
     )

@@ -9,9 +9,12 @@ from torch import nn
 from course_utils.apps import memory
 from course_utils.apps.stories import StoryData, make_stories, story_vocab
 from course_utils.attention import masked_softmax
-from course_utils.training import fit
 
-from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
+from notebook_cells import (
+    assert_marked_cells_define,
+    assert_train_step_equals_fit,
+    run_from_scratch_cells,
+)
 
 NOTEBOOK = "14_attention_as_memory.ipynb"
 MARKED = {"soft_read", "hard_lookup", "linear_read", "PairReader", "MemoryNetwork", "train_step"}
@@ -68,14 +71,11 @@ def test_memory_network_equals_library(nb, hops):
 
 def test_train_step_takes_fits_step(nb):
     data = StoryData(make_stories(10, "val", seed=7), story_vocab())
-    batch = data.batch(list(range(len(data))))
     torch.manual_seed(7)
-    by_hand = memory.build_model(True, hops=2, d_model=16)
-    by_fit = memory.build_model(True, hops=2, d_model=16)
-    by_fit.load_state_dict(by_hand.state_dict())
-    expected_loss = memory.story_loss(by_fit, batch).item()
-    loss = nb["train_step"](by_hand, torch.optim.Adam(by_hand.parameters(), lr=1e-2), batch)
-    fit(by_fit, iter([batch]), memory.story_loss, 1, lr=1e-2, progress=False)
-    assert loss == pytest.approx(expected_loss, rel=1e-5)
-    for a, b in zip(by_hand.parameters(), by_fit.parameters(), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    assert_train_step_equals_fit(
+        nb["train_step"],
+        lambda: memory.build_model(True, hops=2, d_model=16),
+        memory.story_loss,
+        data.batch(list(range(len(data)))),
+        lr=1e-2,
+    )

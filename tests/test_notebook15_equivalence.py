@@ -9,9 +9,12 @@ from course_utils.apps import contrastive, vqa
 from course_utils.apps.captioning import ConvEncoder, spatial_attend
 from course_utils.apps.questions import make_questions, question_vocab
 from course_utils.attention import AdditiveScore, MultiHeadAttention
-from course_utils.training import fit
 
-from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
+from notebook_cells import (
+    assert_marked_cells_define,
+    assert_train_step_equals_fit,
+    run_from_scratch_cells,
+)
 
 NOTEBOOK = "15_multimodal_attention.ipynb"
 MARKED = {
@@ -116,14 +119,11 @@ def test_clip_loss_equals_library(nb, seed):
 
 @pytest.mark.parametrize("kind", ["mean", "stacked", "coattention"])
 def test_train_step_takes_fits_step(nb, data, kind):
-    batch = data.batch(list(range(len(data))))
     torch.manual_seed(5)
-    by_hand = vqa.build_model(kind in vqa.ATTENDING, kind, glimpses=1, **SIZES)
-    by_fit = vqa.build_model(kind in vqa.ATTENDING, kind, glimpses=1, **SIZES)
-    by_fit.load_state_dict(by_hand.state_dict())
-    expected_loss = vqa.vqa_loss(by_fit, batch).item()
-    loss = nb["train_step"](by_hand, torch.optim.Adam(by_hand.parameters(), lr=3e-3), batch)
-    fit(by_fit, iter([batch]), vqa.vqa_loss, 1, lr=3e-3, progress=False)
-    assert loss == pytest.approx(expected_loss, rel=1e-5)
-    for a, b in zip(by_hand.parameters(), by_fit.parameters(), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    assert_train_step_equals_fit(
+        nb["train_step"],
+        lambda: vqa.build_model(kind in vqa.ATTENDING, kind, glimpses=1, **SIZES),
+        vqa.vqa_loss,
+        data.batch(list(range(len(data)))),
+        lr=3e-3,
+    )
