@@ -15,6 +15,8 @@ score per feature ``(B, L, E)``, which :func:`token_scores` sums to one per toke
   output falls, ``(B, L)``: the faithfulness reference, one forward pass per token;
 - :func:`attention_attribution`: the attention weights themselves, the last layer's heads
   averaged (or the rollout through all layers), read from one query or averaged over all;
+- :func:`value_norms` (Kobayashi et al., 2020): the size of what each weight actually moves,
+  ``|| sum_h alpha^h_ij W_O^h W_V^h x_j ||``, the weight times the vector it reads;
 - :func:`spearman` (rank correlation, ties share their mean rank) and
   :func:`precision_at_k` (how many of the top-k tokens are in a known rationale), to score
   methods against each other and against the truth.
@@ -30,6 +32,7 @@ from collections.abc import Callable
 import torch
 
 from course_utils._validate import check_positive, check_tensor, one_output_per_example
+from course_utils.attention import MultiHeadAttention
 from course_utils.interpret import Attentions, attention_rollout, stack_attentions
 
 # A model read as one scalar per example: x (B, ...) -> (B,)
@@ -205,6 +208,38 @@ def attention_attribution(
             raise ValueError(f"query must be an int position in 0..{L - 1} or None, got {query!r}")
         rows = weights[:, query]  # (B, L)
     return rows * real
+
+
+def value_norms(mha: MultiHeadAttention, x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Kobayashi et al. (EMNLP 2020): the norm of what query ``i`` takes from token ``j``,
+    ``|| sum_h alpha^h_ij f^h(x_j) ||`` with ``f^h(x) = W_O^h (W_V^h x + b_V^h)``, the
+    vector head ``h`` writes per unit of weight, ``(B, L, L)``. A large weight on a
+    small vector moves little; attention weights alone cannot show it.
+
+    ``mha``: the attention module, ``x (B, L, E)`` its input, ``weights (B, H, L, L)`` the
+    weights it used on ``x``. The output projection's bias is left out (no token owns it).
+
+    >>> from course_utils.attention import MultiHeadAttention
+    >>> mha, x = MultiHeadAttention(4, 2), torch.randn(1, 3, 4)
+    >>> value_norms(mha, x, mha(x, x, x)[1]).shape
+    torch.Size([1, 3, 3])
+    """
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    check_tensor("x", x, dims=3)
+    check_tensor("weights", weights, dims=4)
+    B, L, E = x.shape
+    H, D = mha.num_heads, mha.head_dim
+    if E != H * D or tuple(weights.shape) != (B, H, L, L):
+        raise ValueError(
+            f"x must be (B, L, E) with E = {H * D} and weights (B, H, L, L) = {(B, H, L, L)}, "
+            f"got x {tuple(x.shape)} and weights {tuple(weights.shape)}"
+        )
+    v = mha.v_proj(x).view(B, L, H, D)  # (B, L, H, D): each head's value of each token
+    w_o = mha.out_proj.weight.view(E, H, D)  # (E, H, D): head h's columns of W_O
+    f = torch.einsum("blhd,ehd->bhle", v, w_o)  # (B, H, L, E): what head h writes, per token
+    moved = torch.einsum("bhij,bhje->bije", weights, f)  # (B, L, L, E): weight times vector
+    return moved.norm(dim=-1)
 
 
 def _ranks(x: torch.Tensor) -> torch.Tensor:

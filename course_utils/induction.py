@@ -14,11 +14,16 @@ of the current token, then copies what it finds there to the output.
   token right after its earlier occurrence (1 for a perfect induction head);
 - :func:`ov_circuits` and :func:`copying_scores`: what each head writes to the logits when it
   attends to a token, and how often that raises the attended token itself above all others;
-- :func:`train_induction`: the training loop, recording both losses and both head scores.
+- :func:`train_induction`: the training loop, recording both losses and both head scores;
+- :func:`corrupt_segment`: the same rows with their first segment replaced, so that nothing
+  repeats: the corrupted input of activation patching;
+- :func:`path_patched_logits`: layer 0's heads replaced in one of layer 1's inputs only
+  (queries, keys, values, or the direct path to the logits), to measure how layer 1 reads
+  them (Elhage et al.'s Q-, K- and V-composition).
 
 The model is notebook 04's :class:`~course_utils.toy_models.AttentionOnlyTransformer` with
-two layers and one output per vocabulary entry, so :func:`course_utils.interpret.ablate_heads`
-removes its heads. Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``L``
+two layers and one output per vocabulary entry, so :mod:`course_utils.circuits` removes and
+patches its heads. Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``L``
 tokens, ``H`` heads, ``V`` vocabulary, ``E`` the model width); ``num_layers`` counts layers.
 """
 
@@ -31,6 +36,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from course_utils._validate import check_positive, check_tensor
+from course_utils.circuits import patch_heads
 from course_utils.data import split_of
 from course_utils.interpret import Attentions, offset_scores, stack_attentions
 from course_utils.toy_models import AttentionOnlyTransformer
@@ -307,3 +313,72 @@ def train_induction(
             record(step)
     model.eval()
     return history
+
+
+# ---------------------------------------------------------------------------------------
+# Interventions: a corrupted input, and layer 0's heads removed from one path of layer 1
+# ---------------------------------------------------------------------------------------
+def corrupt_segment(
+    data: Repeats, vocab_size: int, generator: torch.Generator | None = None
+) -> Repeats:
+    """The same rows with tokens ``0 .. n - 1`` (the first segment) replaced by distinct
+    tokens that occur nowhere else in the row: the repeat and the filler stay, but the
+    repeat no longer repeats anything.
+
+    >>> r = Repeats(torch.tensor([[3, 1, 3, 1, 0, 2]]), torch.tensor([2]))
+    >>> c = corrupt_segment(r, 8, torch.Generator().manual_seed(0))
+    >>> c.ids[0, 2:].tolist(), set(c.ids[0, :2].tolist()) & {0, 1, 2, 3}
+    ([3, 1, 0, 2], set())
+    """
+    if not isinstance(data, Repeats):
+        raise TypeError(f"data must be a Repeats, got {type(data).__name__}")
+    B, L = data.ids.shape
+    _check_half(data.half, B, L)
+    check_positive("vocab_size", vocab_size)
+    ids = data.ids.clone()
+    for b in range(B):
+        n = int(data.half[b])
+        present = set(ids[b].tolist())
+        unused = [t for t in range(vocab_size) if t not in present]
+        if len(unused) < n:
+            raise ValueError(
+                f"row {b} leaves {len(unused)} of vocab_size={vocab_size} tokens unused, "
+                f"fewer than its half length {n}"
+            )
+        pick = torch.randperm(len(unused), generator=generator)[:n]
+        ids[b, :n] = torch.tensor(unused, dtype=ids.dtype)[pick]
+    return Repeats(ids, data.half.clone())
+
+
+PATHS = ("query", "key", "value", "direct")
+
+
+def path_patched_logits(
+    model: AttentionOnlyTransformer,
+    ids: torch.Tensor,
+    values: dict[int, torch.Tensor],
+    paths: tuple[str, ...],
+) -> torch.Tensor:
+    """Logits ``(B, L, V)`` of a 2-layer model in which layer-0 head ``h`` writes
+    ``values[h]`` (``(B, L, D)`` or broadcastable, e.g. its mean) instead of its output, but
+    **only** into the inputs of layer 1 named in ``paths``: its queries, keys or values, or
+    the direct path (the residual stream the read-out sees). The other inputs see the real
+    output. With every path, it equals the model's logits inside
+    :func:`~course_utils.circuits.patch_heads`.
+    """
+    if not isinstance(model, AttentionOnlyTransformer) or model.config.num_layers != 2:
+        raise ValueError("model must be an AttentionOnlyTransformer with num_layers=2")
+    if not isinstance(paths, tuple) or not paths or not set(paths) <= set(PATHS):
+        raise ValueError(f"paths must be a non-empty tuple drawn from {PATHS}, got {paths!r}")
+    causal = model.config.causal
+    x0 = model.embed(ids)  # (B, L, E)
+    first, second = model.layers
+    real = x0 + first(x0, x0, x0, is_causal=causal)[0]  # (B, L, E): the residual after layer 0
+    with patch_heads(model, {(0, h): v for h, v in values.items()}):
+        patched = x0 + first(x0, x0, x0, is_causal=causal)[0]
+
+    def read(path: str) -> torch.Tensor:
+        return patched if path in paths else real
+
+    out = second(read("query"), read("key"), read("value"), is_causal=causal)[0]  # (B, L, E)
+    return model.readout(read("direct") + out)

@@ -14,15 +14,14 @@ all-MiniLM-L6-v2's (:mod:`course_utils.pretrained`).
   self, as notebook 04 reads its toy model. Its "previous" is not ``offset_scores(...,
   offset=-1)``: it leaves out query 1 (whose previous token is also the first) and has no
   padding mask, so the two give different numbers on the same weights.
-- :func:`ablate_heads`: run a model with chosen heads removed (or scaled), to measure which
-  heads its output needs; :func:`attention_modules` lists the heads' modules by layer;
 - :func:`probe_accuracy`: how well a linear classifier reads a label (e.g. the letter at
   one input position) back from hidden states, on held-out examples; notebook 01 probes
   its encoder's final state;
 - :func:`stack_attentions`: the per-layer list as one checked tensor.
 
 Attributions (gradients, integrated gradients, occlusion, attention read as one) live in
-:mod:`course_utils.attribution`, which builds on these.
+:mod:`course_utils.attribution`, which builds on these; interventions on heads (removing
+one, patching its output) in :mod:`course_utils.circuits`.
 
 Shapes as in the glossary of :mod:`course_utils` (``B`` batch, ``H`` heads, ``L`` tokens,
 ``R`` the size of a hidden state); ``num_layers`` counts the layers and ``num_examples`` the
@@ -31,15 +30,12 @@ examples a probe reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from course_utils._validate import check_positive, check_tensor
-from course_utils.attention import MultiHeadAttention
 
 # Attention weights of every layer: one (B, H, L, L) tensor per layer, or them stacked
 Attentions = Sequence[torch.Tensor] | torch.Tensor
@@ -176,6 +172,66 @@ def attention_rollout(attentions: Attentions, residual: float = 0.5) -> torch.Te
     return rollout
 
 
+def attention_flow(
+    attentions: Attentions,
+    residual: float = 0.5,
+    attention_mask: torch.Tensor | None = None,
+    resolution: int = 2**24,
+) -> torch.Tensor:
+    """Attention flow (Abnar & Zuidema, 2020): the layers as a flow network, ``(B, L, L)``.
+
+    Node ``(l, t)`` is token ``t`` after layer ``l`` (``l = 0`` the input). Token ``t`` of
+    layer ``l`` receives from token ``s`` of layer ``l - 1`` along an edge of capacity
+    ``residual * I + (1 - residual) * A_l`` (heads averaged), the matrix rollout multiplies.
+    Entry ``[b, i, j]`` is the **maximum flow** from input token ``j`` to token ``i`` of the
+    top layer. Where rollout adds up every path's product, flow lets each edge carry at most
+    its capacity once, so it is bounded by the network's narrowest cut. Padding tokens
+    (``attention_mask`` False) are left out of the network and get 0. Solved with scipy's
+    ``maximum_flow`` on capacities rounded to multiples of ``1 / resolution``.
+
+    >>> A = torch.tensor([[1.0, 0.0], [0.5, 0.5]])[None, None]  # one layer: each edge alone
+    >>> attention_flow([A], residual=0.0)
+    tensor([[[1.0000, 0.0000],
+             [0.5000, 0.5000]]])
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
+
+    if not 0.0 <= residual <= 1.0:
+        raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
+    check_positive("resolution", resolution)
+    stacked = stack_attentions(attentions)
+    A = stacked.mean(2).double().cpu()  # heads averaged: (num_layers, B, L, L)
+    N, B, L = A.shape[0], A.shape[1], A.shape[-1]
+    if attention_mask is None:
+        attention_mask = torch.ones(B, L, dtype=torch.bool)
+    _check_mask("attention_mask", attention_mask, A)
+    eye = torch.eye(L, dtype=A.dtype)
+    capacity = residual * eye + (1.0 - residual) * A  # (N, B, L, L): [l, b, to, from]
+    flow = torch.zeros(B, L, L, dtype=torch.float64)
+    for b in range(B):
+        real = attention_mask[b].bool().cpu().nonzero().flatten()  # (n,): the tokens kept
+        n = len(real)
+        if n == 0:
+            continue
+        c = capacity[:, b][:, real][:, :, real]  # (N, n, n)
+        # edges (l - 1, s) -> (l, t) with node index l * n + t; integer capacities
+        layer, to, src = torch.nonzero(c > 0, as_tuple=True)
+        weight = (c[layer, to, src] * resolution).round().to(torch.int64)
+        graph = csr_matrix(
+            (
+                weight.numpy().astype("int32"),
+                ((layer * n + src).numpy(), ((layer + 1) * n + to).numpy()),
+            ),
+            shape=((N + 1) * n, (N + 1) * n),
+        )
+        for t in range(n):
+            for s in range(n):
+                value = maximum_flow(graph, s, N * n + t).flow_value
+                flow[b, real[t], real[s]] = value / resolution
+    return flow.to(stacked.dtype)
+
+
 def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
     """How much each head looks at the previous token, the first token, and itself.
 
@@ -298,70 +354,3 @@ def probe_accuracy(
         predicted = (x_test @ W + b).view(len(x_test), P, K).argmax(-1)  # (n, P)
         accuracy = (predicted == y_test).float().mean(0).cpu()  # (P,)
     return accuracy[0] if one else accuracy
-
-
-def attention_modules(model: nn.Module) -> list[MultiHeadAttention]:
-    """Every :class:`~course_utils.attention.MultiHeadAttention` inside ``model``, in the order
-    the model registers them: for an encoder of self-attention layers, one per layer, so
-    index ``l`` of the list is layer ``l``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-
-
-@contextmanager
-def ablate_heads(
-    model: nn.Module, heads: Iterable[tuple[int, int]], weight: float = 0.0
-) -> Iterator[None]:
-    """Inside the ``with`` block, head ``h`` of attention module ``l`` contributes ``weight``
-    times its output, for every ``(l, h)`` in ``heads``; ``weight=0`` removes the head.
-
-    A head's output is its slice of the concatenated heads, the input of ``out_proj``, so
-    this scales those columns before the output projection (its bias stays). Modules are
-    numbered as :func:`attention_modules` lists them. The model is unchanged afterwards.
-
-    >>> from course_utils.attention import MultiHeadAttention
-    >>> mha, x = MultiHeadAttention(4, 2), torch.randn(1, 3, 4)
-    >>> with ablate_heads(mha, [(0, 0), (0, 1)]):  # every head removed: only the bias is left
-    ...     out = mha(x, x, x)[0]
-    >>> torch.allclose(out, mha.out_proj.bias.expand(1, 3, 4))
-    True
-    """
-    modules = attention_modules(model)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise TypeError(f"weight must be a number, got {type(weight).__name__}")
-    chosen: dict[int, list[int]] = {}
-    for pair in heads:
-        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
-        ok = ok and all(isinstance(i, int) and not isinstance(i, bool) for i in pair)
-        if not ok or not 0 <= pair[0] < len(modules):
-            raise ValueError(
-                f"heads must hold (layer, head) pairs of ints with layer in 0..{len(modules) - 1}"
-                f" (the model has {len(modules)} attention modules), got {pair!r}"
-            )
-        layer, head = pair
-        if not 0 <= head < modules[layer].num_heads:
-            raise ValueError(
-                f"head must lie in 0..{modules[layer].num_heads - 1} for layer {layer}, got {head}"
-            )
-        chosen.setdefault(layer, []).append(head)
-
-    def scaler(heads_here: list[int], head_dim: int):
-        def hook(_module: nn.Module, args: tuple) -> tuple:
-            merged = args[0]  # (B, L, E): the heads side by side, head h at h*D .. (h+1)*D
-            scale = merged.new_ones(merged.shape[-1])
-            for h in heads_here:
-                scale[h * head_dim : (h + 1) * head_dim] = weight
-            return (merged * scale,)
-
-        return hook
-
-    handles = [
-        modules[layer].out_proj.register_forward_pre_hook(scaler(hs, modules[layer].head_dim))
-        for layer, hs in chosen.items()
-    ]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()

@@ -97,6 +97,16 @@ class AttentionOnlyTransformer(nn.Module):
         )
         self.readout = nn.Linear(c.d_model, c.num_outputs)
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The residual stream before the first layer: token embeddings plus positions,
+        ``(B, L)`` ids -> ``(B, L, E)``."""
+        x = self.token_embedding(ids)  # (B, L, E)
+        if self.position is not None:
+            return self.position(x)
+        if self.config.positions == "sinusoidal":
+            return x + self.sinusoids[: ids.shape[1]]
+        return x
+
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         c = self.config
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
@@ -105,11 +115,7 @@ class AttentionOnlyTransformer(nn.Module):
         L = ids.shape[1]
         if L > c.max_len:
             raise ValueError(f"ids has length {L}, longer than max_len={c.max_len}")
-        x = self.token_embedding(ids)  # (B, L, E)
-        if self.position is not None:
-            x = self.position(x)
-        elif c.positions == "sinusoidal":
-            x = x + self.sinusoids[:L]
+        x = self.embed(ids)  # (B, L, E)
         weights = []
         for attention in self.layers:
             out, w = attention(x, x, x, is_causal=c.causal)  # (B, L, E), (B, H, L, L)

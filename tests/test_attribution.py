@@ -7,6 +7,8 @@ where nothing is known in closed form but the sum must still come out right.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -184,3 +186,35 @@ def test_bad_input_gets_clear_errors():
         attribution.precision_at_k(torch.zeros(2, 3), torch.zeros(2, 3), k=1)
     with pytest.raises(ValueError, match="k must be at most L = 3"):
         attribution.precision_at_k(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), k=4)
+
+
+# --- value_norms (Kobayashi et al. 2020) ---
+@pytest.mark.parametrize("seed", range(2))
+def test_value_norms_equal_a_loop_over_pairs(seed):
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(6, 3)
+    x = torch.randn(2, 4, 6)
+    with torch.no_grad():
+        _, weights = mha(x, x, x)
+        got = attribution.value_norms(mha, x, weights)
+        for b, i, j in itertools.product(range(2), range(4), range(4)):
+            moved = torch.zeros(6)
+            for h in range(3):
+                rows = slice(2 * h, 2 * h + 2)
+                value = x[b, j] @ mha.v_proj.weight[rows].T + mha.v_proj.bias[rows]  # (2,)
+                moved += weights[b, h, i, j] * (mha.out_proj.weight[:, rows] @ value)
+            assert got[b, i, j].item() == pytest.approx(moved.norm().item(), abs=1e-5)
+
+
+def test_value_norms_of_a_head_that_writes_nothing_are_zero_and_bad_input_is_named():
+    mha = MultiHeadAttention(4, 2)
+    with torch.no_grad():
+        mha.v_proj.weight.zero_()
+        mha.v_proj.bias.zero_()
+    x = torch.randn(1, 3, 4)
+    weights = torch.softmax(torch.randn(1, 2, 3, 3), -1)
+    assert (attribution.value_norms(mha, x, weights) == 0).all()
+    with pytest.raises(ValueError, match=r"weights \(B, H, L, L\)"):
+        attribution.value_norms(mha, x, weights[:, :1])
+    with pytest.raises(TypeError, match="MultiHeadAttention"):
+        attribution.value_norms(torch.nn.Linear(4, 4), x, weights)

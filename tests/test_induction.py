@@ -7,19 +7,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_utils.circuits import ablate_heads, patch_heads, record_heads
 from course_utils.data import split_of
 from course_utils.induction import (
     Repeats,
     copying_scores,
+    corrupt_segment,
     evaluate_induction,
     half_losses,
     half_masks,
     ov_circuits,
+    path_patched_logits,
     prefix_matching_scores,
     repeated_sequences,
     train_induction,
 )
-from course_utils.interpret import ablate_heads
 from course_utils.toy_models import AttentionOnlyTransformer, ToyConfig
 
 
@@ -277,6 +279,55 @@ def test_ablating_a_head_that_writes_nothing_changes_nothing():
             other, _ = model(r.ids)
     torch.testing.assert_close(after, before, atol=0.0, rtol=0.0)
     assert not torch.allclose(other, before)  # a head that writes something does matter
+
+
+# ---------------------------------------------------------------------------------------
+# Interventions: the corrupted input, layer 0 patched into one path of layer 1
+# ---------------------------------------------------------------------------------------
+def test_corrupt_segment_replaces_only_the_first_segment_with_fresh_tokens():
+    r = data(64, seed=3)
+    c = corrupt_segment(r, 20, torch.Generator().manual_seed(0))
+    assert torch.equal(c.half, r.half)
+    for b in range(64):
+        n = int(r.half[b])
+        assert torch.equal(c.ids[b, n:], r.ids[b, n:])  # the repeat and the filler stay
+        fresh = c.ids[b, :n].tolist()
+        assert len(set(fresh)) == n and not set(fresh) & set(r.ids[b, n:].tolist())
+    with pytest.raises(ValueError, match="unused"):
+        corrupt_segment(r, 10)  # a 12-token row with 20 ids leaves too few of 10 unused
+    with pytest.raises(TypeError, match="Repeats"):
+        corrupt_segment(r.ids, 20)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_path_patching_every_path_equals_patching_the_head(seed):
+    model, r = small_model(seed), data(6, seed=seed)
+    with torch.no_grad():
+        with record_heads(model) as outputs:
+            model(r.ids)
+        mean = {h: outputs[0][:, h].mean(0) for h in (0, 2)}  # (L, D): mean per position
+        with patch_heads(model, {(0, h): v for h, v in mean.items()}):
+            expected, _ = model(r.ids)
+        every = path_patched_logits(model, r.ids, mean, ("query", "key", "value", "direct"))
+        torch.testing.assert_close(every, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(path_patched_logits(model, r.ids, {}, ("key",)), model(r.ids)[0])
+
+
+def test_path_patching_the_keys_changes_only_layer_1_keys():
+    model, r = small_model(4), data(5, seed=4)
+    with torch.no_grad():
+        x0 = model.embed(r.ids)
+        first, second = model.layers
+        real = x0 + first(x0, x0, x0, is_causal=True)[0]
+        with ablate_heads(model, [(0, 1)]):
+            patched = x0 + first(x0, x0, x0, is_causal=True)[0]
+        expected = model.readout(real + second(real, patched, real, is_causal=True)[0])
+        got = path_patched_logits(model, r.ids, {1: torch.zeros(4)}, ("key",))
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="paths"):
+        path_patched_logits(model, r.ids, {1: torch.zeros(4)}, ("keys",))
+    with pytest.raises(ValueError, match="num_layers=2"):
+        path_patched_logits(AttentionOnlyTransformer(ToyConfig(20, 12, 20)), r.ids, {}, ("key",))
 
 
 # ---------------------------------------------------------------------------------------

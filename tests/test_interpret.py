@@ -220,96 +220,59 @@ def test_probe_rejects_bad_inputs(change, error, words):
         interpret.probe_accuracy(**args)
 
 
-# -- ablate_heads --------------------------------------------------------------------------
+# --- attention_flow (Abnar & Zuidema) ---
+def _min_cut(capacity: list[torch.Tensor], source: int, sink: int) -> float:
+    """The smallest cut of the layered network by enumerating every cut (max-flow = min-cut)."""
+    n, N = capacity[0].shape[-1], len(capacity)
+    inner = [(layer, t) for layer in range(N + 1) for t in range(n)]
+    inner = [v for v in inner if v not in ((0, source), (N, sink))]
+    best = math.inf
+    for bits in range(2 ** len(inner)):
+        side = {v for k, v in enumerate(inner) if bits >> k & 1} | {(0, source)}
+        cut = sum(
+            capacity[layer - 1][to, src].item()
+            for layer in range(1, N + 1)
+            for to in range(n)
+            for src in range(n)
+            if (layer - 1, src) in side and (layer, to) not in side
+        )
+        best = min(best, cut)
+    return best
 
 
-def _two_layer_encoder(seed: int) -> torch.nn.Module:
-    from course_utils.transformer import EncoderLayer
-
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(
-        EncoderLayer(8, 2, 16, dropout=0.0), EncoderLayer(8, 2, 16, dropout=0.0)
-    ).eval()
-
-
-def _run(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    for layer in model:
-        x = layer(x)[0]
-    return x
+def test_attention_flow_equals_the_minimum_cut_found_by_enumeration():
+    g = torch.Generator().manual_seed(4)
+    A = _random_attention(g, N=3, B=1, H=2, L=3)
+    flow = interpret.attention_flow(A, residual=0.3)
+    capacity = [0.3 * torch.eye(3) + 0.7 * layer[0].mean(0) for layer in A]
+    for i in range(3):
+        for j in range(3):
+            assert abs(flow[0, i, j].item() - _min_cut(capacity, j, i)) < 1e-5
 
 
-def _reference_mha(mha, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Multi-head attention from torch's own SDPA, head h's output multiplied by keep[h]."""
-    B, L, E = x.shape
-    H, D = mha.num_heads, E // mha.num_heads
-    q, k, v = (p(x).view(B, L, H, D).transpose(1, 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
-    heads = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (B, H, L, D)
-    heads = heads * keep.view(1, H, 1, 1)
-    return mha.out_proj(heads.transpose(1, 2).reshape(B, L, E))
+def test_attention_flow_through_two_layers_is_a_sum_of_bottlenecks():
+    # paths j -> k -> i share no edge, so the flow is the sum over k of each path's narrower edge
+    g = torch.Generator().manual_seed(5)
+    A = _random_attention(g, N=2, B=2, H=3, L=5)
+    flow = interpret.attention_flow(A)
+    lower, upper = (0.5 * torch.eye(5) + 0.5 * layer.mean(1) for layer in A)  # (B, L, L) each
+    expected = torch.minimum(upper[:, :, :, None], lower[:, None, :, :]).sum(2)  # [b, i, j]
+    torch.testing.assert_close(flow, expected, atol=1e-5, rtol=0)
+    # one layer: the only path is the edge itself
+    torch.testing.assert_close(
+        interpret.attention_flow(A[:1]), 0.5 * torch.eye(5) + 0.5 * A[0].mean(1), atol=1e-6, rtol=0
+    )
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_ablate_heads_equals_a_reference_with_the_head_zeroed(seed):
-    from course_utils.attention import MultiHeadAttention
-    from course_utils.interpret import ablate_heads
-
-    torch.manual_seed(seed)
-    mha = MultiHeadAttention(12, 3)
-    x = torch.randn(2, 5, 12)
-    for heads, weight in [([(0, 1)], 0.0), ([(0, 0), (0, 2)], 0.0), ([(0, 2)], 0.5)]:
-        keep = torch.ones(3)
-        for _, h in heads:
-            keep[h] = weight
-        with ablate_heads(mha, heads, weight=weight):
-            ours = mha(x, x, x)[0]
-        torch.testing.assert_close(ours, _reference_mha(mha, x, keep), atol=1e-5, rtol=1e-5)
-
-
-def test_ablating_a_head_whose_output_is_zero_changes_nothing():
-    from course_utils.interpret import ablate_heads, attention_modules
-
-    model = _two_layer_encoder(0)
-    x = torch.randn(3, 6, 8)
-    mha = attention_modules(model)[1]
-    with torch.no_grad():  # head 1 of layer 1 writes nothing: zero value weights and bias
-        mha.v_proj.weight[4:8] = 0
-        mha.v_proj.bias[4:8] = 0
-    before = _run(model, x)
-    with ablate_heads(model, [(1, 1)]):
-        after = _run(model, x)
-    torch.testing.assert_close(after, before, atol=0, rtol=0)
-    with ablate_heads(model, [(1, 0)]):  # while removing a head that writes something does
-        assert not torch.allclose(_run(model, x), before, atol=1e-3)
-
-
-def test_ablate_heads_with_weight_one_changes_nothing_and_is_undone():
-    from course_utils.interpret import ablate_heads
-
-    model = _two_layer_encoder(1)
-    x = torch.randn(2, 4, 8)
-    before = _run(model, x)
-    with ablate_heads(model, [(0, 0), (1, 1)], weight=1.0):
-        torch.testing.assert_close(_run(model, x), before, atol=0, rtol=0)
-    with pytest.raises(RuntimeError), ablate_heads(model, [(0, 0)]):
-        raise RuntimeError("a failure inside the block still removes the hooks")
-    torch.testing.assert_close(_run(model, x), before, atol=0, rtol=0)
-
-
-@pytest.mark.parametrize(
-    "heads, weight, error",
-    [
-        ([(2, 0)], 0.0, ValueError),
-        ([(0, 2)], 0.0, ValueError),
-        ([(0,)], 0.0, ValueError),
-        ([(0, 0.5)], 0.0, ValueError),
-        ([(0, 0)], "0", TypeError),
-    ],  # fmt: skip
-)
-def test_ablate_heads_rejects_bad_input(heads, weight, error):
-    from course_utils.interpret import ablate_heads
-
-    with (
-        pytest.raises(error, match="weight|heads|head"),
-        ablate_heads(_two_layer_encoder(0), heads, weight),
-    ):
-        pass
+def test_attention_flow_leaves_padding_out():
+    g = torch.Generator().manual_seed(6)
+    A = _random_attention(g, N=2, B=1, H=2, L=4)
+    mask = torch.tensor([[True, True, True, False]])
+    flow = interpret.attention_flow(A, attention_mask=mask)
+    assert (flow[0, 3] == 0).all() and (flow[0, :, 3] == 0).all()
+    real = [a[:, :, :3, :3] for a in A]  # the same network without token 3's node
+    torch.testing.assert_close(flow[:, :3, :3], interpret.attention_flow(real), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="attention_mask"):
+        interpret.attention_flow(A, attention_mask=torch.ones(1, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="residual"):
+        interpret.attention_flow(A, residual=-0.1)

@@ -2,7 +2,7 @@
 
 References: ``model.embed`` (itself tested against sentence-transformers in
 test_pretrained.py) for the forward pass from word vectors and the similarity; a brute-force
-loop of ``model.embed`` inside ``interpret.ablate_heads`` for the sweep; scipy's spearmanr
+loop of ``model.embed`` inside ``circuits.ablate_heads`` for the sweep; scipy's spearmanr
 for the benchmark score. The model loads once per module.
 """
 
@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 
 from course_utils import attribution, pretrained
 from course_utils.apps import similarity
-from course_utils.interpret import ablate_heads
+from course_utils.circuits import ablate_heads, patch_heads, record_heads
 
 SENTENCES = [
     "The cat sat on the mat.",
@@ -187,6 +187,24 @@ def test_sweep_keeps_the_similarities_behind_its_scores(small_sweep):
         assert score - sweep.score == pytest.approx(
             sweep.score_change[layer, head].item(), abs=1e-6
         )
+
+
+def test_mean_ablation_sweep_equals_patching_each_head_with_its_mean(model):
+    pairs = similarity.PAIRS[:4]
+    sweep = similarity.head_ablation_sweep(model, pairs, progress=False, replacement="mean")
+    sentences = similarity.unique_sentences(pairs)
+    batch = model.tokenize(sentences)
+    with record_heads(model) as outputs:
+        base = model.embed(sentences)
+    real = batch.attention_mask.bool()
+    for layer, head in ((1, 3), (5, 10)):
+        mean = outputs[layer][:, head][real].mean(0)  # (D,): over every real token
+        with patch_heads(model, {(layer, head): mean}):
+            emb = model.embed(sentences)
+        shift = (1 - F.cosine_similarity(emb, base)).mean().item()
+        assert sweep.shift[layer, head].item() == pytest.approx(shift, abs=1e-5)
+    with pytest.raises(ValueError, match="replacement"):
+        similarity.head_ablation_sweep(model, pairs, progress=False, replacement="resample")
 
 
 def fake_sweep(base, heads, layers):

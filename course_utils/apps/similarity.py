@@ -1,4 +1,5 @@
-"""Sentence similarity with all-MiniLM-L6-v2 (notebook 16): explain a score, ablate its heads.
+"""Sentence similarity with all-MiniLM-L6-v2: explain a score (notebook 16), ablate its heads
+(notebook 18).
 
 Two questions about the pretrained encoder of :mod:`course_utils.pretrained`:
 
@@ -15,7 +16,7 @@ Two questions about the pretrained encoder of :mod:`course_utils.pretrained`:
   course: sentence pairs graded 0 (unrelated) to 5 (same meaning). :func:`benchmark_score`
   is the Spearman correlation between the model's cosine similarities and the grades;
   :func:`head_ablation_sweep` removes each head (and each layer's heads together) with
-  :func:`course_utils.interpret.ablate_heads` and measures how far the embeddings move and
+  :func:`course_utils.circuits.ablate_heads` and measures how far the embeddings move and
   how the score changes.
 
 >>> PAIRS[0]
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 
 from course_utils._validate import check_tensor
 from course_utils.attribution import spearman
-from course_utils.interpret import ablate_heads
+from course_utils.circuits import ablate_heads, patch_heads, record_heads
 from course_utils.pretrained import MiniLM, mean_pool
 
 # (sentence A, sentence B, grade): 5 same meaning, 4 same meaning but one detail differs,
@@ -292,16 +293,24 @@ class AblationSweep(NamedTuple):
 
 @torch.no_grad()
 def head_ablation_sweep(
-    model: MiniLM, pairs: Sequence[tuple[str, str, int]] = PAIRS, progress: bool = True
+    model: MiniLM,
+    pairs: Sequence[tuple[str, str, int]] = PAIRS,
+    progress: bool = True,
+    replacement: str = "zero",
 ) -> AblationSweep:
     """Remove each head, then each layer's heads, and measure the embeddings and the score.
+    ``replacement="zero"`` silences a head (:func:`~course_utils.circuits.ablate_heads`);
+    ``"mean"`` makes it write its mean output over every real token of the benchmark's
+    sentences instead (:func:`~course_utils.circuits.patch_heads`): mean ablation.
 
     All the sentences run as one batch. Removing a head in layer ``l`` cannot change
     layers below ``l``, so their outputs are computed once and each ablation runs only
     layers ``l`` and up: the same embeddings as ``model.embed`` inside
-    :func:`~course_utils.interpret.ablate_heads`, running 3.5 of the 6 layers on average.
+    :func:`~course_utils.circuits.ablate_heads`, running 3.5 of the 6 layers on average.
     """
     _check_model(model)
+    if replacement not in ("zero", "mean"):
+        raise ValueError(f"replacement must be 'zero' or 'mean', got {replacement!r}")
     sentences = unique_sentences(pairs)
     grades = [g for _, _, g in pairs]
     batch = model.tokenize(sentences)
@@ -309,12 +318,21 @@ def head_ablation_sweep(
     keys = mask[:, None, None, :]  # (N, 1, 1, L)
     layers = model.encoder.layers
     inputs = [model.embeddings(batch.input_ids, torch.zeros_like(batch.input_ids))]
-    for layer in layers:  # inputs[l]: what layer l reads, (N, L, E)
-        inputs.append(layer(inputs[-1], keys)[0])
+    with record_heads(model) as outputs:  # (N, H, L, D) per layer
+        for layer in layers:  # inputs[l]: what layer l reads, (N, L, E)
+            inputs.append(layer(inputs[-1], keys)[0])
+    means = {  # (D,): each head's output averaged over the real tokens
+        (lay, h): outputs[lay][:, h][mask.bool()].mean(0)
+        for lay in outputs
+        for h in range(outputs[lay].shape[1])
+    }
 
     def run(start: int, heads: list[tuple[int, int]]) -> tuple[float, torch.Tensor]:
         x = inputs[start]
-        with ablate_heads(model, heads):
+        zero = replacement == "zero"
+        with (
+            ablate_heads(model, heads) if zero else patch_heads(model, {k: means[k] for k in heads})
+        ):
             for layer in layers[start:]:
                 x = layer(x, keys)[0]
         emb = F.normalize(mean_pool(x, mask), dim=-1)  # (N, E)
