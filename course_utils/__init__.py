@@ -63,31 +63,32 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
 | vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-17     |
+| a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-18     |
 | running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                  |
 | greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-10      |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
 | attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |
 | the GRU encoder-decoder (Seq2SeqConfig), its sequence loss           | seq2seq             | 01, 03, 07         |
 | the GRU decoder with additive (Bahdanau) attention (BahdanauConfig)  | bahdanau            | 03, 07             |
-| small attention-only models whose heads can be read                  | toy_models          | 04, 05             |
+| small attention-only models whose heads can be read                  | toy_models          | 04, 05, 18         |
 | Transformer layers and the embedding-free core, from_torch           | transformer         | 06, 07             |
 | a Transformer seq2seq model with embeddings (TransformerConfig)      | transformer_seq2seq | 06, 07             |
 | naive, tiled ("flash") and linear attention (any feature map)        | efficient           | 13                 |
 | Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
 | sliding-window, block-sparse and hierarchical (coarse-to-fine) attn. | sparse_attention    | 13                 |
 | a call's cost: peak memory, multiply-adds, Table 1, IO, a KV cache  | measure             | 04, 13, 17         |
-| head scores, rollout, linear probes, ablating heads                  | interpret           | 01, 04, 11, 16     |
+| head scores, rollout, attention flow, linear probes                  | interpret           | 01, 04, 11, 16, 18 |
+| heads removed (zero, mean), recorded and patched between inputs      | circuits            | 18                 |
 | gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
 | deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                 |
-| induction heads: repeated sequences, prefix matching, OV copying     | induction           | 16                 |
+| induction heads: repeated data, prefix matching, OV copying, paths   | induction           | 18                 |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
 | a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                 |
 | decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                 |
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                 |
 | every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | all but 05, 10, 13 |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14-16       |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14-16, 18   |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
@@ -103,8 +104,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
 | the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                 |
-| MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16                 |
-| the exercise-checking harness                                        | exercises           | 01-11, 13-17       |
+| MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16, 18             |
+| the exercise-checking harness                                        | exercises           | 01-11, 13-18       |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
@@ -120,6 +121,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: key-value read, a memory-network hop, a rule-based reader  | exercises.nb14      | 14                 |
 | checkers: stacked glimpses, left of a digit, peak in any box         | exercises.nb15      | 15                 |
 | checkers: integrated gradients, precision at k, Jensen-Shannon ...  | exercises.nb16      | 16                 |
+| checkers: heads removed by hand, induction rule, eigenvalue copying  | exercises.nb18      | 18                 |
 | checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                 |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
 """

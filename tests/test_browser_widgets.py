@@ -58,6 +58,7 @@ WIDGET_NOTEBOOKS = [
     "15_multimodal_attention.ipynb",
     "16_interpretability.ipynb",
     "17_language_models.ipynb",
+    "18_circuits.ipynb",
 ]
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02, nb09, nb10, nb14, nb16
+from course_utils.exercises import nb01, nb02, nb09, nb10, nb14, nb16, nb18
 
 
 def test_reference_solutions_pass(capsys):
@@ -218,15 +218,15 @@ EXERCISES = [
         lambda s, r, k: r.gather(1, s.argsort(-1)[:, :k]).float().mean(1),  # lowest scores
     ),
     (nb16.check_js_divergence, _js, lambda p, q: (p * (p / q).log()).nansum(-1)),  # KL(p || q)
-    (nb16.check_induction_rule, _induction_rule, _first_occurrence),
-    (nb16.check_eigen_copying, _eigen, _eigen_real_parts),
+    (nb18.check_induction_rule, _induction_rule, _first_occurrence),
+    (nb18.check_eigen_copying, _eigen, _eigen_real_parts),
     (
         nb16.check_gradient_times_difference,
         _times_difference,
         lambda f, x, b: _times_difference(f, x, b, use_baseline=False),  # gradient x input
     ),
     (
-        nb16.check_mha_without_heads,
+        nb18.check_mha_without_heads,
         _without_heads,
         lambda mha, x, heads: _without_heads(mha, x, heads, remove=False),  # removes nothing
     ),

@@ -1,17 +1,22 @@
-"""Notebook 16's hand-written cells equal the library: attributions, deletion and the
-Jensen-Shannon divergence (course_utils.attribution, faithfulness), MiniLM's forward pass from
-word vectors (apps.similarity and the model's own embed, values and gradients), and the
-induction-head scores (course_utils.induction), on inputs the notebook does not use."""
+"""Notebook 16's hand-written cells equal the library: the training step (training.fit),
+attributions, deletion and the Jensen-Shannon divergence (course_utils.attribution,
+faithfulness), MiniLM's forward pass from word vectors (apps.similarity and the model's own
+embed, values and gradients), and attention flow (interpret.attention_flow), on inputs the
+notebook does not use."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from course_utils import attribution, faithfulness, induction, pretrained
+from course_utils import attribution, faithfulness, interpret, pretrained
 from course_utils.apps import rationales, similarity
-from course_utils.toy_models import AttentionOnlyTransformer, ToyConfig
 
-from notebook_cells import assert_marked_cells_define, run_from_scratch_cells
+from notebook_cells import (
+    assert_marked_cells_define,
+    assert_train_step_equals_fit,
+    run_from_scratch_cells,
+)
 
 NOTEBOOK = "16_interpretability.ipynb"
 MARKED = {
@@ -21,14 +26,14 @@ MARKED = {
     "delete_top_k",
     "jensen_shannon",
     "embed_from_word_vectors",
-    "prefix_matching_score",
-    "ov_copying_score",
+    "train_step",
+    "attention_flow_one",
 }
 
 
 @pytest.fixture(scope="module")
 def nb():
-    return run_from_scratch_cells(NOTEBOOK, {"torch": torch, "nn": nn})
+    return run_from_scratch_cells(NOTEBOOK, {"torch": torch, "nn": nn, "np": np})
 
 
 def test_marked_cells_are_the_ones_tested(nb):
@@ -124,36 +129,24 @@ def test_embed_from_word_vectors_has_the_library_gradient(nb, model):
     assert (grads[0][~batch.attention_mask] == 0).all()  # padding never reaches the output
 
 
-# -- induction heads -----------------------------------------------------------------------
-@pytest.mark.parametrize("seed", range(4))
-def test_prefix_matching_score_equals_library(nb, seed):
-    g = torch.Generator().manual_seed(seed)
-    B, H, L = 3 + seed, 1 + seed, 8 + 2 * seed
-    half = torch.randint(2, L // 2 + 1, (B,), generator=g)
-    weights = torch.rand(B, H, L, L, generator=g).tril().softmax(-1)
-    expected = induction.prefix_matching_scores([weights], half)[0]  # (H,)
-    torch.testing.assert_close(nb["prefix_matching_score"](weights, half), expected)
+# -- the training step and attention flow ----------------------------------------------------
+@pytest.mark.parametrize("learned", [True, False])
+def test_train_step_takes_fits_step(nb, learned):
+    data = rationales.encode(rationales.make_examples(40, "train", seed=3))
+    batch = next(rationales.batches(data, 16, seed=1))
 
+    def build():
+        torch.manual_seed(0)
+        return rationales.build_model(learned, num_layers=1, d_model=16, dim_feedforward=16)
 
-def test_prefix_matching_score_of_a_perfect_induction_head(nb):
-    half, L = torch.tensor([3, 4]), 8
-    weights = torch.zeros(2, 1, L, L)
-    for b, n in enumerate(half.tolist()):
-        for i in range(L):
-            weights[b, 0, i, i - n + 1 if n <= i < 2 * n else 0] = 1.0
-    assert nb["prefix_matching_score"](weights, half).tolist() == [1.0]
+    assert_train_step_equals_fit(nb["train_step"], build, rationales.loss, batch, lr=3e-3)
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_ov_copying_score_equals_library(nb, seed):
-    torch.manual_seed(seed)
-    config = ToyConfig(vocab_size=10 + 5 * seed, max_len=8, d_model=8 * (seed + 1),
-                       num_heads=2 ** seed, num_layers=2, num_outputs=10 + 5 * seed)  # fmt: skip
-    model = AttentionOnlyTransformer(config)
-    with torch.no_grad():  # make some heads copy, so the score is not always near zero
-        model.token_embedding.weight.copy_(model.readout.weight)
-    expected = induction.copying_scores(induction.ov_circuits(model))  # (num_layers, H)
-    for layer in range(2):
-        for head in range(config.num_heads):
-            got = nb["ov_copying_score"](model, layer, head)
-            assert got == pytest.approx(expected[layer, head].item(), abs=1e-6)
+def test_attention_flow_one_equals_library(nb, seed):
+    g = torch.Generator().manual_seed(seed)
+    L, layers = 4 + seed, 2 + seed
+    attentions = [torch.softmax(torch.randn(2, L, L, generator=g), -1) for _ in range(layers)]
+    expected = interpret.attention_flow([a[None] for a in attentions])[0]  # (L, L)
+    got = nb["attention_flow_one"](attentions)
+    torch.testing.assert_close(got, expected.double(), atol=1e-6, rtol=0)

@@ -16,8 +16,9 @@ reduction, monotonic share), ``nb11`` (attention entropy, top-k search), ``nb13`
 softmax, dilated window mask), ``nb14`` (a sharp key-value read, a memory-network hop, a
 two-step reader of stories), ``nb15`` (stacked glimpses, the digit left of another, a peak
 in any box), ``nb16`` (integrated gradients, precision at k, the Jensen-Shannon divergence,
-and the induction-head and MiniLM exercises) and ``nb17`` (min-p filter, windowed causal
-mask, one cached attention step).
+gradient times the difference from a baseline), ``nb17`` (min-p filter, windowed causal
+mask, one cached attention step) and ``nb18`` (heads removed by hand, the induction rule,
+the eigenvalue measure of copying).
 ``student`` writes the copies of
 the notebooks without solutions.
 
