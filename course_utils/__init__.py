@@ -46,84 +46,85 @@ One name per hyperparameter: ``d_model`` (model width), ``num_heads``, ``d_ff``
 (feed-forward width), ``num_layers``, ``dropout``, ``max_len`` (the longest input a table
 or model holds) and ``max_steps`` (how many tokens a decoder may produce). PyTorch's names
 (``nhead``, ``dim_feedforward``, ``embed_dim``) appear only inside the ``from_torch``
-methods that read PyTorch modules, with two documented exceptions fixed by the course's
-public API: ``attention.MultiHeadAttention(embed_dim, num_heads, bias=True)`` and
-``transformer.EncoderLayer(d_model, nhead, dim_feedforward, dropout)`` keep PyTorch's
-parameter names, so that code written for ``torch.nn`` reads the same.
+methods that read PyTorch modules, with one documented exception fixed by the course's
+public API: ``attention.MultiHeadAttention(embed_dim, num_heads, bias=True)``.
+``transformer.EncoderLayer(d_model, num_heads, d_ff, dropout)`` takes PyTorch's positional
+order under the course's names, so that positional code written for ``torch.nn`` reads the
+same.
 
 Where each concept lives
 ------------------------
 Building blocks sit at the top level. They never import ``widgets`` or the subpackages
 (``exercises``, ``apps``), which are built from them. Notebooks are named by number.
 
-| concept                                                              | module              | notebooks          |
-|----------------------------------------------------------------------|---------------------|--------------------|
-| input checks shared by the modules, one message style                | _validate           | -                  |
-| scores, masked softmax, causal mask, attention, multi-head attention | attention           | 02-06              |
-| sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 06             |
-| vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07     |
-| seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook     |
-| a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-18     |
-| running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                  |
-| greedy and beam search for every model (the start / step protocol)  | decoding            | 01, 03, 06-10      |
-| exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-08, 10  |
-| attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10     |
-| the GRU encoder-decoder (Seq2SeqConfig), its sequence loss           | seq2seq             | 01, 03, 07         |
-| the GRU decoder with additive (Bahdanau) attention (BahdanauConfig)  | bahdanau            | 03, 07             |
-| small attention-only models whose heads can be read                  | toy_models          | 04, 05, 18         |
-| Transformer layers and the embedding-free core, from_torch           | transformer         | 06, 07             |
-| a Transformer seq2seq model with embeddings (TransformerConfig)      | transformer_seq2seq | 06, 07             |
-| naive, tiled ("flash") and linear attention (any feature map)        | efficient           | 13                 |
-| Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                 |
-| sliding-window, block-sparse and hierarchical (coarse-to-fine) attn. | sparse_attention    | 13                 |
-| a call's cost: peak memory, multiply-adds, Table 1, IO, a KV cache  | measure             | 04, 13, 17         |
-| head scores, rollout, attention flow, linear probes                  | interpret           | 01, 04, 11, 16, 18 |
-| heads removed (zero, mean), recorded and patched between inputs      | circuits            | 18                 |
-| gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                 |
-| deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                 |
-| induction heads: repeated data, prefix matching, OV copying, paths   | induction           | 18                 |
-| all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11                 |
-| a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                 |
-| decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                 |
-| temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                 |
-| every matplotlib figure: heatmaps, views, curves, image overlays    | plotting            | all but 05, 10, 13 |
-| every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11 |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14-16, 18   |
-| a synthetic language pair with gold word alignments                  | apps.translation    | 07                 |
-| a loader for tab-separated sentence-pair files                       | apps.corpus         | 07, 08             |
-| news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                 |
-| pointer-generator with coverage (See et al. 2017), summary protocol  | apps.summarisation  | 08                 |
-| one decoding step by step: attention, p_gen, coverage, copies        | apps.summary_trace  | 08                 |
-| digit scenes with captions and boxes, a captioning-folder loader     | apps.scenes         | 09                 |
-| CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09                 |
-| spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                 |
-| Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                 |
-| bAbI-like stories with supporting facts, split-disjoint, as ids      | apps.stories        | 14                 |
-| key-value memory read, associative recall, end-to-end memory network | apps.memory         | 14                 |
-| questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                 |
-| VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                 |
-| a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                 |
-| the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                 |
-| MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16, 18             |
-| the exercise-checking harness                                        | exercises           | 01-11, 13-18       |
-| checkers: GRU step, exact match                                      | exercises.nb01      | 01                 |
-| checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                 |
-| checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                 |
-| checkers: split heads, multi-head attention, previous-token score    | exercises.nb04      | 04                 |
-| checkers: sinusoidal encoding, offset rotation, rotary positions     | exercises.nb05      | 05                 |
-| checkers: feed-forward block, label smoothing, warm-up rate          | exercises.nb06      | 06                 |
-| checkers: BLEU's modified precision and brevity penalty              | exercises.nb07      | 07                 |
-| checkers: the final distribution, a summary's coverage loss          | exercises.nb08      | 08                 |
-| checkers: attention over a grid, the doubly stochastic term          | exercises.nb09      | 09                 |
-| checkers: mel filterbank, pyramidal time reduction, monotonic share  | exercises.nb10      | 10                 |
-| checkers: attention entropy, top-k search                            | exercises.nb11      | 11                 |
-| checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                 |
-| checkers: key-value read, a memory-network hop, a rule-based reader  | exercises.nb14      | 14                 |
-| checkers: stacked glimpses, left of a digit, peak in any box         | exercises.nb15      | 15                 |
-| checkers: integrated gradients, precision at k, Jensen-Shannon ...  | exercises.nb16      | 16                 |
-| checkers: heads removed by hand, induction rule, eigenvalue copying  | exercises.nb18      | 18                 |
-| checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                 |
-| student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                  |
+| concept                                                              | module              | notebooks                |
+|----------------------------------------------------------------------|---------------------|--------------------------|
+| input checks shared by the modules, one message style                | _validate           | -                        |
+| scores, masked softmax, causal mask, attention, multi-head attention | attention           | 02-06, 08-10, 14, 15, 17 |
+| sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 17                   |
+| vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07, 15       |
+| seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook           |
+| a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-18           |
+| running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                        |
+| greedy and beam search for every model (the start / step protocol)   | decoding            | 01, 03, 06, 07, 09, 10   |
+| exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-10            |
+| attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10           |
+| the GRU encoder-decoder (Seq2SeqConfig)                              | seq2seq             | 01, 03, 07               |
+| the GRU decoder with additive (Bahdanau) attention (BahdanauConfig)  | bahdanau            | 03, 07                   |
+| small attention-only models whose heads can be read                  | toy_models          | 04, 05, 18               |
+| Transformer layers and the embedding-free core, from_torch           | transformer         | 06, 17                   |
+| a Transformer seq2seq model with embeddings (TransformerConfig)      | transformer_seq2seq | 06, 07                   |
+| naive, tiled ("flash") and linear attention (any feature map)        | efficient           | 13                       |
+| Performer's random features (FAVOR+), estimating softmax attention   | random_features     | 13                       |
+| sliding-window, block-sparse and hierarchical (coarse-to-fine) attn. | sparse_attention    | 13                       |
+| a call's cost: peak memory, multiply-adds, Table 1, IO, a KV cache   | measure             | 04, 13, 17               |
+| head scores, rollout, attention flow, linear probes                  | interpret           | 01, 04, 11, 16, 18       |
+| heads removed (zero, mean), recorded and patched between inputs      | circuits            | 16, 18                   |
+| gradient x input, integrated gradients, occlusion, rank correlation  | attribution         | 16                       |
+| deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                       |
+| induction heads: repeated data, prefix matching, OV copying, paths   | induction           | 18                       |
+| all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11, 16, 18               |
+| a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                       |
+| decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                       |
+| temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                       |
+| every matplotlib figure: heatmaps, views, curves, image overlays     | plotting            | all but 05, 10, 13, 17   |
+| every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11, 17   |
+| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14-16, 18         |
+| a synthetic language pair with gold word alignments                  | apps.translation    | 07                       |
+| a loader for tab-separated sentence-pair files                       | apps.corpus         | 07                       |
+| news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                       |
+| pointer-generator with coverage (See et al. 2017), summary protocol  | apps.summarisation  | 08                       |
+| one decoding step by step: attention, p_gen, coverage, copies        | apps.summary_trace  | 08                       |
+| digit scenes with captions and boxes, a captioning-folder loader     | apps.scenes         | 09, 15                   |
+| CNN + LSTM captioners: spatial, channel, no attention; pointing      | apps.captioning     | 09, 15                   |
+| spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                       |
+| Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                       |
+| bAbI-like stories with supporting facts, split-disjoint, as ids      | apps.stories        | 14                       |
+| key-value memory read, associative recall, end-to-end memory network | apps.memory         | 14                       |
+| questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                       |
+| VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                       |
+| a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                       |
+| the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                       |
+| MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16, 18                   |
+| the exercise-checking harness                                        | exercises           | 01-11, 13-18             |
+| checkers: GRU step, exact match                                      | exercises.nb01      | 01                       |
+| checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                       |
+| checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                       |
+| checkers: split heads, multi-head attention, previous-token score    | exercises.nb04      | 04                       |
+| checkers: sinusoidal encoding, offset rotation, rotary positions     | exercises.nb05      | 05                       |
+| checkers: feed-forward block, label smoothing, warm-up rate          | exercises.nb06      | 06                       |
+| checkers: BLEU's modified precision and brevity penalty              | exercises.nb07      | 07                       |
+| checkers: the final distribution, a summary's coverage loss          | exercises.nb08      | 08                       |
+| checkers: attention over a grid, the doubly stochastic term          | exercises.nb09      | 09                       |
+| checkers: mel filterbank, pyramidal time reduction, monotonic share  | exercises.nb10      | 10                       |
+| checkers: attention entropy, top-k search                            | exercises.nb11      | 11                       |
+| checkers: online softmax, dilated window mask                        | exercises.nb13      | 13                       |
+| checkers: key-value read, a memory-network hop, a rule-based reader  | exercises.nb14      | 14                       |
+| checkers: stacked glimpses, left of a digit, peak in any box         | exercises.nb15      | 15                       |
+| checkers: integrated gradients, precision at k, Jensen-Shannon ...   | exercises.nb16      | 16                       |
+| checkers: heads removed by hand, induction rule, eigenvalue copying  | exercises.nb18      | 18                       |
+| checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                       |
+| student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                        |
 """
 
 __version__ = "0.1.0"

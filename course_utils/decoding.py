@@ -13,6 +13,11 @@ A model is *decodable* when it has ``bos_id``, ``eos_id`` and ``pad_id`` (from i
 and reorder it; what the tensors mean is the model's business (a GRU's hidden state, the
 encoder's states and mask, a Transformer's memory and the prefix decoded so far).
 
+This module searches: it reads a source once and looks for the most likely output (greedy or
+beam), for the encoder-decoder models of notebooks 01-10. Drawing text at random from a
+decoder-only language model, with temperature, top-k and top-p and a KV cache, is
+:mod:`course_utils.sampling`'s job (notebook 17).
+
 :func:`greedy_decode` and :func:`beam_search` both return a :class:`Decoded`: the ids,
 the attention weights of every step when the model has them, and the log-probability of
 each output. Ids start after ``<bos>``, include each example's ``<eos>`` and hold ``<pad>``

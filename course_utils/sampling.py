@@ -6,6 +6,10 @@ divide the logits by a ``temperature``, keep the ``top_k`` most likely tokens
 (nucleus sampling, Holtzman et al. 2020, :func:`top_p_filter`). Greedy decoding takes the
 most likely token. :func:`generate` runs any :class:`course_utils.language_model.DecoderLM`
 token by token, with its KV cache or by recomputing the whole prefix at every step.
+
+This module samples from a decoder-only model that continues a prompt;
+:mod:`course_utils.decoding` searches (greedy and beam) for the encoder-decoder models that
+turn a source into an output through ``start`` / ``step``.
 """
 
 from __future__ import annotations

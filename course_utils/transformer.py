@@ -80,7 +80,8 @@ class EncoderLayer(nn.Module):
     Post-norm (``norm_first=False``, the paper): ``x = norm(x + sublayer(x))``.
     Pre-norm (``norm_first=True``, most models today): ``x = x + sublayer(norm(x))``.
     ``forward(x (B, S, E), mask=None) -> (x (B, S, E), weights (B, H, S, S))``. Its parameters
-    keep PyTorch's names (``nhead``, ``dim_feedforward``), as the course's public API fixes.
+    come in the order of ``torch.nn.TransformerEncoderLayer`` (``d_model, num_heads, d_ff,
+    dropout``) under the course's names, as the course's public API fixes.
 
     >>> layer = EncoderLayer(16, 4, 32).eval()
     >>> out, weights = layer(torch.randn(2, 5, 16))
@@ -91,8 +92,8 @@ class EncoderLayer(nn.Module):
     def __init__(
         self,
         d_model: int,
-        nhead: int,
-        dim_feedforward: int,
+        num_heads: int,
+        d_ff: int,
         dropout: float = 0.0,
         activation: str = "relu",
         layer_norm_eps: float = 1e-5,
@@ -101,8 +102,8 @@ class EncoderLayer(nn.Module):
     ):
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dropout=dropout)
-        self.feed_forward = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, bias=bias, dropout=dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)

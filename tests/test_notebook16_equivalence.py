@@ -42,7 +42,7 @@ def test_marked_cells_are_the_ones_tested(nb):
 
 def _classifier(seed):
     torch.manual_seed(seed)
-    model = rationales.build_model(num_layers=1, d_model=16, dim_feedforward=16).eval()
+    model = rationales.build_model(num_layers=1, d_model=16, d_ff=16).eval()
     data = rationales.encode(rationales.make_examples(6, "val", seed=seed))
     x = model.words(data.ids).detach()
 
@@ -137,7 +137,7 @@ def test_train_step_takes_fits_step(nb, learned):
 
     def build():
         torch.manual_seed(0)
-        return rationales.build_model(learned, num_layers=1, d_model=16, dim_feedforward=16)
+        return rationales.build_model(learned, num_layers=1, d_model=16, d_ff=16)
 
     assert_train_step_equals_fit(nb["train_step"], build, rationales.loss, batch, lr=3e-3)
 

@@ -84,7 +84,7 @@ def _model(seed, **kw):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_classifier_equals_a_forward_written_out(seed):
-    model = _model(seed, num_layers=1, d_model=16, dim_feedforward=8)
+    model = _model(seed, num_layers=1, d_model=16, d_ff=8)
     data = rationales.encode(rationales.make_examples(6, seed=seed))
     logit, alpha, attentions = model(data.ids, data.mask)
     h = model.word(data.ids) + model.position.weight[: data.ids.shape[1]]

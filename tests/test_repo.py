@@ -330,6 +330,91 @@ def glossary_modules(docstring: str) -> list[str]:
     return [c[1].strip("`") for c in cells[1:] if not set(c[1]) <= set("-: ")]
 
 
+def glossary_notebooks(docstring: str) -> dict[str, str]:
+    """The notebooks column of the glossary's table, by module: ``{module: "02-06"}``."""
+    rows = [line.strip() for line in docstring.splitlines() if line.strip().startswith("|")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert cells and cells[0][2] == "notebooks", "no '| concept | module | notebooks |' table"
+    return {c[1].strip("`"): c[2] for c in cells[1:] if not set(c[1]) <= set("-: ")}
+
+
+def notebook_numbers(text: str, existing: list[str]) -> set[str]:
+    """``"01, 03-06"``, ``"every notebook"``, ``"all but 05, 10"`` or ``"-"`` as the set of
+    notebook numbers it names, read against the notebooks that ``existing`` holds."""
+    text = text.strip()
+    if text == "-":
+        return set()
+    if text == "every notebook":
+        return set(existing)
+    if text.startswith("all but "):
+        return set(existing) - notebook_numbers(text.removeprefix("all but "), existing)
+    named = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        assert re.fullmatch(r"\d\d", first) and re.fullmatch(r"(\d\d)?", last), (
+            f"cannot read {text!r}"
+        )
+        named |= {n for n in existing if first <= n <= (last or first)}
+    return named
+
+
+def notebook_imports(source: str, modules: set[str]) -> set[str]:
+    """The ``course_utils`` modules a notebook's code imports (a subpackage's module counts
+    for the subpackage too)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_utils"):
+            base = node.module.removeprefix("course_utils").lstrip(".")
+            for alias in node.names:
+                name = f"{base}.{alias.name}" if base else alias.name
+                found.add(name if name in modules else base)
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("course_utils.") for a in node.names
+                      if a.name.startswith("course_utils.")}  # fmt: skip
+    return found | {name.split(".")[0] for name in found if "." in name}
+
+
+def notebook_code(path: Path) -> str:
+    """A notebook's code cells as one Python source, IPython magics blanked."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    lines = [
+        line for c in cells if c["cell_type"] == "code" for line in "".join(c["source"]).split("\n")
+    ]
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines)
+
+
+def test_glossary_notebook_column_names_the_notebooks_that_import_each_module():
+    import course_utils
+
+    modules = {name.removeprefix("course_utils.") for name in package_modules()}
+    existing = [p.name[:2] for p in NOTEBOOKS]
+    importers: dict[str, set[str]] = {}
+    for path in NOTEBOOKS:
+        for name in notebook_imports(notebook_code(path), modules):
+            importers.setdefault(name, set()).add(path.name[:2])
+    wrong = []
+    for module, text in glossary_notebooks(course_utils.__doc__).items():
+        listed, actual = notebook_numbers(text, existing), importers.get(module, set())
+        if listed != actual:
+            wrong.append(f"{module}: the table says {text!r}, notebooks {sorted(actual)} import it")
+    assert not wrong, "course_utils/__init__.py's notebooks column:\n" + "\n".join(wrong)
+
+
+def test_glossary_notebook_column_reader_and_its_catch():
+    existing = ["00", "01", "02", "03", "05", "17"]
+    assert notebook_numbers("01, 03-05", existing) == {"01", "03", "05"}
+    assert notebook_numbers("every notebook", existing) == set(existing)
+    assert notebook_numbers("all but 00, 02-03", existing) == {"01", "05", "17"}
+    assert notebook_numbers("-", existing) == set()
+    with pytest.raises(AssertionError, match="cannot read"):
+        notebook_numbers("notebook two", existing)
+    source = "from course_utils import attention, plotting\nfrom course_utils.apps import memory\n"
+    found = notebook_imports(source, {"attention", "plotting", "apps", "apps.memory"})
+    assert found == {"attention", "plotting", "apps", "apps.memory"}
+    doc = "| concept | module | notebooks |\n|---|---|---|\n| masks | attention | 02-06 |\n"
+    assert glossary_notebooks(doc) == {"attention": "02-06"}
+
+
 def test_no_module_takes_a_private_name_from_another():
     problems = private_imports(package_modules())
     assert not problems, "make the name public (and document it), or move it:\n" + "\n".join(

@@ -191,14 +191,14 @@ class RationaleClassifier(nn.Module):
         d_model: int = 32,
         num_heads: int = 2,
         num_layers: int = 2,
-        dim_feedforward: int = 64,
+        d_ff: int = 64,
         pooling: str = "attention",
     ):
         super().__init__()
         if pooling not in ("attention", "uniform"):
             raise ValueError(f"pooling must be 'attention' or 'uniform', got {pooling!r}")
         for name, value in [("vocab_size", vocab_size), ("d_model", d_model),
-                            ("dim_feedforward", dim_feedforward)]:  # fmt: skip
+                            ("d_ff", d_ff)]:  # fmt: skip
             check_positive(name, value)
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
             raise ValueError(f"num_layers must be an int >= 0, got {num_layers!r}")
@@ -206,7 +206,7 @@ class RationaleClassifier(nn.Module):
         self.word = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.position = nn.Embedding(MAX_LEN, d_model)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, dim_feedforward) for _ in range(num_layers)
+            EncoderLayer(d_model, num_heads, d_ff) for _ in range(num_layers)
         )
         self.query = nn.Parameter(torch.randn(d_model) / math.sqrt(d_model))
         self.out = nn.Linear(d_model, 1)
