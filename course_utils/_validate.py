@@ -125,3 +125,33 @@ def check_bool_mask(name: str, mask: object, meaning: str = "True = may attend")
             f"{name} must be boolean ({meaning}), got dtype {mask.dtype} "
             f"with shape {tuple(mask.shape)}"
         )
+
+
+# ---------------------------------------------------------------------------------------
+# Token ids at a model's boundary
+# ---------------------------------------------------------------------------------------
+class CheckedEmbedding(torch.nn.Embedding):
+    """``nn.Embedding`` whose lookup names a token id outside its table and the table's size,
+    where torch raises a bare ``IndexError``. Every model's token table is one, so a model
+    checks its ids against its own vocabulary at its boundary. Same parameters (``weight``),
+    same initialisation, same output.
+
+    >>> table = CheckedEmbedding(5, 2)
+    >>> table(torch.tensor([[0, 7]]))
+    Traceback (most recent call last):
+    ...
+    ValueError: token id 7 is outside the vocabulary of 5 (ids must lie in 0..4)
+    """
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dtype == torch.bool:
+            got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise TypeError(f"token ids must be an integer tensor, got {got}")
+        outside = (ids < 0) | (ids >= self.num_embeddings)
+        if bool(outside.any()):
+            bad = int(ids[outside][0])
+            raise ValueError(
+                f"token id {bad} is outside the vocabulary of {self.num_embeddings} "
+                f"(ids must lie in 0..{self.num_embeddings - 1})"
+            )
+        return super().forward(ids)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import check_ids
+from course_utils._validate import CheckedEmbedding, check_ids
 from course_utils.attention import AdditiveScore, masked_softmax
 from course_utils.data import lengths_to_mask
 from course_utils.seq2seq import GRUEncoderDecoder, Seq2SeqConfig
@@ -125,7 +125,7 @@ class AttentionDecoder(nn.Module):
         enc_dim = hidden_dim if enc_dim is None else enc_dim
         attn_dim = hidden_dim if attn_dim is None else attn_dim
         self.hidden_dim, self.enc_dim = hidden_dim, enc_dim
-        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        self.embedding = CheckedEmbedding(vocab_size, emb_dim, padding_idx=pad_id)
         self.attention = AdditiveScore(hidden_dim, enc_dim, attn_dim)
         self.rnn = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim + enc_dim, vocab_size)

@@ -142,6 +142,7 @@ class ModelConfig:
 
 def letter_vocab(num_symbols: int = 20) -> Vocab:
     """A vocabulary of ``num_symbols`` lower-case letters (``a``, ``b``, ...)."""
+    check_positive("num_symbols", num_symbols)
     if not 2 <= num_symbols <= 26:
         raise ValueError(f"num_symbols must be in 2..26, got {num_symbols}")
     return Vocab([chr(ord("a") + i) for i in range(num_symbols)])

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._validate import check_ids, check_positive
+from course_utils._validate import CheckedEmbedding, check_ids, check_positive
 from course_utils.attention import causal_mask, masked_softmax, scaled_dot_product_scores
 from course_utils.positional import alibi_slopes, apply_rotary, sinusoidal_encoding
 from course_utils.transformer import FeedForward
@@ -271,7 +271,7 @@ class DecoderLM(nn.Module):
             raise TypeError(f"config must be an LMConfig, got {type(config).__name__}")
         self.config = c = config
         self.rope_scale = 1.0  # RoPE position interpolation: set to train length / eval length
-        self.embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.embed = CheckedEmbedding(c.vocab_size, c.d_model)
         if c.position == "learned":
             self.pos = nn.Parameter(torch.zeros(c.max_len, c.d_model))
         elif c.position == "sinusoidal":

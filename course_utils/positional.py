@@ -77,10 +77,9 @@ def offset_rotation(
     """
     if isinstance(k, bool) or not isinstance(k, (int, float)):
         raise TypeError(f"k must be a number, got {type(k).__name__}")
-    if not isinstance(d_model, int) or isinstance(d_model, bool):
-        raise TypeError(f"d_model must be an int, got {type(d_model).__name__}")
-    if d_model <= 0 or d_model % 2:
-        raise ValueError(f"d_model must be positive and even (sin, cos pairs), got {d_model}")
+    check_positive("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin, cos pairs), got {d_model}")
     if base <= 1:
         raise ValueError(f"base must be > 1, got {base}")
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
@@ -102,8 +101,7 @@ def relative_positions(Lq: int, Lk: int | None = None) -> torch.Tensor:
     """
     Lk = Lq if Lk is None else Lk
     for name, value in (("Lq", Lq), ("Lk", Lk)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive(name, value)
     return torch.arange(Lk)[None, :] - torch.arange(Lq)[:, None]
 
 
@@ -123,8 +121,7 @@ class LearnedPositionalEmbedding(nn.Module):
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
         for name, value in (("max_len", max_len), ("d_model", d_model)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive(name, value)
         self.max_len, self.d_model = max_len, d_model
         # Small init, as for token embeddings in GPT-2, so positions start as a mild nudge.
         self.weight = nn.Parameter(0.02 * torch.randn(max_len, d_model))
@@ -205,8 +202,9 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, dim: int, base: float = 10000.0):
         super().__init__()
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0 or dim % 2:
-            raise ValueError(f"dim must be a positive even int, got {dim!r}")
+        check_positive("dim", dim)
+        if dim % 2:
+            raise ValueError(f"dim must be even (pairs of features rotate together), got {dim}")
         if base <= 1:
             raise ValueError(f"base must be > 1, got {base}")
         self.dim, self.base = dim, base

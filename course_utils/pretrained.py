@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils._validate import CheckedEmbedding, check_positive
 from course_utils.transformer import Encoder, EncoderLayer
 
 if TYPE_CHECKING:  # imported when a tokenizer is loaded (load_tokenizer sets its threads first)
@@ -110,8 +111,7 @@ def checkpoint_name_map(num_layers: int = 6) -> dict[str, str]:
     >>> len(names)  # 3 embedding tables + their LayerNorm's 2 + 6 layers x 16
     101
     """
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers must be a positive int, got {num_layers!r}")
+    check_positive("num_layers", num_layers)
     names = {}
     for ckpt_pattern, course_pattern, _ in MAPPING_ROWS:
         layers = range(num_layers) if "{i}" in ckpt_pattern else [None]
@@ -171,7 +171,7 @@ class BertEmbeddings(nn.Module):
 
     def __init__(self, config: MiniLMConfig):
         super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.d_model)
+        self.word = CheckedEmbedding(config.vocab_size, config.d_model)
         self.position = nn.Embedding(config.max_positions, config.d_model)
         self.token_type = nn.Embedding(config.type_vocab_size, config.d_model)
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -304,8 +304,7 @@ class MiniLM(nn.Module):
         """Sentence embeddings ``(len(sentences), E)``: the mean of the last hidden states over real
         tokens, scaled to unit length (what sentence-transformers gives for this model)."""
         _check_sentences(sentences)
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_positive("batch_size", batch_size)
         out = []
         for start in range(0, len(sentences), batch_size):
             batch = self.tokenize(sentences[start : start + batch_size])

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils._validate import check_ids, check_src
+from course_utils._validate import CheckedEmbedding, check_ids, check_src
 from course_utils.data import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 
 State = tuple[torch.Tensor, ...]
@@ -58,7 +58,7 @@ class GRUEncoder(nn.Module):
     def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, pad_id: int):
         super().__init__()
         self.hidden_dim = hidden_dim
-        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        self.embedding = CheckedEmbedding(vocab_size, emb_dim, padding_idx=pad_id)
         self.rnn = nn.GRU(emb_dim, hidden_dim, batch_first=True)
 
     def forward(
@@ -87,7 +87,7 @@ class GRUDecoder(nn.Module):
 
     def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, pad_id: int):
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        self.embedding = CheckedEmbedding(vocab_size, emb_dim, padding_idx=pad_id)
         self.rnn = nn.GRU(emb_dim, hidden_dim, batch_first=True)
         self.out = nn.Linear(hidden_dim, vocab_size)
 

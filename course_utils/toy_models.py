@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from course_utils._validate import CheckedEmbedding, check_positive
 from course_utils.attention import MultiHeadAttention
 from course_utils.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
@@ -56,9 +57,7 @@ class ToyConfig:
             "num_layers",
             "num_outputs",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive(name, getattr(self, name))
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
         if self.d_model % self.num_heads != 0:
@@ -85,7 +84,7 @@ class AttentionOnlyTransformer(nn.Module):
             raise TypeError(f"config must be a ToyConfig, got {type(config).__name__}")
         self.config = config
         c = config
-        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.token_embedding = CheckedEmbedding(c.vocab_size, c.d_model)
         if c.positions == "learned":
             self.position = LearnedPositionalEmbedding(c.max_len, c.d_model)
         else:
@@ -144,8 +143,7 @@ def first_and_previous_batch(
         ("seq_len", seq_len),
         ("vocab_size", vocab_size),
     ):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive(name, value)
     if seq_len < 2:
         raise ValueError(f"seq_len must be at least 2 (position 0 has no previous), got {seq_len}")
     ids = torch.randint(vocab_size, (batch_size, seq_len), generator=generator)

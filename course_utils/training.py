@@ -112,8 +112,7 @@ def fit(
     The history has ``step`` and ``train_loss`` (mean over the steps since the last
     evaluation) plus one list per metric that ``eval_fn`` returns.
     """
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
+    check_positive("steps", steps)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr)

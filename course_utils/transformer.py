@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from course_utils._validate import check_positive
 from course_utils.attention import Mask, MultiHeadAttention, with_key_padding
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -277,9 +278,8 @@ class Transformer(nn.Module):
         final_norm: bool = True,
     ):
         super().__init__()
-        if not all(isinstance(n, int) and n > 0 for n in (d_model, num_heads)):
-            got = f"{d_model!r}, {num_heads!r}"
-            raise ValueError(f"d_model and num_heads must be positive ints, got {got}")
+        check_positive("d_model", d_model)
+        check_positive("num_heads", num_heads)
         if d_model % num_heads != 0:
             raise ValueError(
                 f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): each head gets "

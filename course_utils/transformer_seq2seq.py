@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import check_src
+from course_utils._validate import CheckedEmbedding, check_src
 from course_utils.attention import causal_mask
 from course_utils.data import BOS_ID, EOS_ID, PAD_ID, ModelConfig, lengths_to_mask
 from course_utils.positional import sinusoidal_encoding
@@ -99,11 +99,11 @@ class TransformerSeq2Seq(nn.Module):
             c.dropout,
             norm_first=c.norm_first,
         )
-        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.src_embed = CheckedEmbedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
         self.tgt_embed = (
             self.src_embed
             if c.share_embeddings
-            else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+            else CheckedEmbedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
         )
         # The paper's scale: embeddings ~ N(0, 1/E), multiplied by sqrt(E) on the way in.
         # A list, not a set: a set of modules iterates in memory-address order, so the two

@@ -120,7 +120,7 @@ def test_read_jsonl_rejects_missing_and_empty_files(tmp_path):
 
 
 def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match="n must be a positive int"):
+    with pytest.raises(ValueError, match="n must be positive, got 0"):
         news.make_reports(0)
     with pytest.raises(ValueError, match="split must be one of"):
         news.make_reports(3, split="dev")

@@ -201,8 +201,8 @@ def test_relative_position_bias_equals_t5s_compute_bias(is_decoder):
         (lambda: positional.alibi_slopes(0), ValueError, "num_heads must be positive, got 0"),
         (lambda: positional.alibi_slopes(4.0), TypeError, "num_heads must be an int"),
         (lambda: positional.alibi_slopes(True), TypeError, "num_heads must be an int"),
-        (lambda: positional.alibi_bias(4, 0), ValueError, "Lq must be a positive int, got 0"),
-        (lambda: positional.alibi_bias(4, 3, -1), ValueError, "Lk must be a positive int"),
+        (lambda: positional.alibi_bias(4, 0), ValueError, "Lq must be positive, got 0"),
+        (lambda: positional.alibi_bias(4, 3, -1), ValueError, "Lk must be positive, got -1"),
         (
             lambda: positional.relative_position_bucket([0, 1]),
             TypeError,
@@ -241,7 +241,7 @@ def test_relative_position_bias_equals_t5s_compute_bias(is_decoder):
         (
             lambda: positional.RelativePositionBias(4)(5, 0),
             ValueError,
-            "Lk must be a positive int, got 0",
+            "Lk must be positive, got 0",
         ),
     ],
 )

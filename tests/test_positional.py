@@ -118,7 +118,7 @@ def test_relative_positions_is_key_minus_query():
     got = positional.relative_positions(3, 5)
     assert got.tolist() == [[j - i for j in range(5)] for i in range(3)]
     assert torch.equal(positional.relative_positions(4), -positional.relative_positions(4).T)
-    with pytest.raises(ValueError, match="Lq must be a positive int"):
+    with pytest.raises(ValueError, match="Lq must be positive, got 0"):
         positional.relative_positions(0)
 
 
@@ -142,7 +142,7 @@ def test_learned_embedding_refuses_to_extrapolate_and_bad_shapes():
         module(torch.zeros(1, 7, 4))
     with pytest.raises(ValueError, match=r"\(\.\.\., L, 4\), got \(1, 3, 5\)"):
         module(torch.zeros(1, 3, 5))
-    with pytest.raises(ValueError, match="max_len must be a positive int"):
+    with pytest.raises(ValueError, match="max_len must be positive, got 0"):
         positional.LearnedPositionalEmbedding(0, 4)
 
 
@@ -230,7 +230,7 @@ def test_rotary_module_rotates_queries_and_keys_at_their_positions():
             ValueError,
             r"positions must be \(4,\)",
         ),
-        (lambda: positional.RotaryEmbedding(7), ValueError, "positive even int"),
+        (lambda: positional.RotaryEmbedding(7), ValueError, "dim must be even"),
         (
             lambda: positional.RotaryEmbedding(8)(torch.zeros(3, 6), torch.zeros(3, 8)),
             ValueError,
@@ -293,3 +293,11 @@ def test_positions_break_permutation_equivariance(encoding):
     assert torch.allclose(
         plain(x[:, perm], x[:, perm], x[:, perm])[0], plain(x, x, x)[0][:, perm], atol=1e-5
     )
+
+
+def test_sizes_reject_bools_and_name_the_type():
+    # True is an int to Python, never a size: _validate.check_positive says so
+    with pytest.raises(TypeError, match="Lq must be an int, got bool True"):
+        positional.relative_positions(True)
+    with pytest.raises(TypeError, match="dim must be an int, got float 8.0"):
+        positional.RotaryEmbedding(8.0)

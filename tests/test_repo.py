@@ -415,6 +415,39 @@ def test_glossary_notebook_column_reader_and_its_catch():
     assert glossary_notebooks(doc) == {"attention": "02-06"}
 
 
+# A positive-int check written by hand instead of _validate.check_positive: an isinstance(x,
+# int) test and a comparison of x with 0 or 1 in one statement.
+HAND_ROLLED_POSITIVE = re.compile(
+    r"isinstance\((?P<x>\w+), int\).*(?P=x) *(<= *0|< *1)\b|(?P<y>\w+) *(<= *0|< *1)\b.*isinstance\((?P=y), int\)"
+)
+
+
+def hand_rolled_positive_checks(source: str) -> list[int]:
+    """Line numbers of positive-int checks in ``source`` that bypass ``check_positive``."""
+    return [i for i, line in enumerate(source.splitlines(), 1) if HAND_ROLLED_POSITIVE.search(line)]
+
+
+def test_positive_int_checks_go_through_check_positive():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "course_utils").rglob("*.py"))
+        if path.name != "_validate.py"
+        for line in hand_rolled_positive_checks(path.read_text())
+    ]
+    assert not found, (
+        "use _validate.check_positive (it rejects True and names the type):\n" + "\n".join(found)
+    )
+
+
+def test_hand_rolled_positive_check_finder_catches_each_form():
+    assert hand_rolled_positive_checks("if not isinstance(n, int) or n < 1:\n    raise") == [1]
+    assert hand_rolled_positive_checks("x = 1\nif n <= 0 or not isinstance(n, int): pass") == [2]
+    assert (
+        hand_rolled_positive_checks("check_positive('n', n)\nif isinstance(k, int) and m < 1:")
+        == []
+    )
+
+
 def test_no_module_takes_a_private_name_from_another():
     problems = private_imports(package_modules())
     assert not problems, "make the name public (and document it), or move it:\n" + "\n".join(

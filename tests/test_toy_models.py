@@ -73,7 +73,7 @@ def test_without_positions_the_bidirectional_model_is_permutation_equivariant():
     [
         (lambda: ToyConfig(d_model=30, num_heads=4), ValueError, "divisible"),
         (lambda: ToyConfig(positions="rotary"), ValueError, "positions must be one of"),
-        (lambda: ToyConfig(vocab_size=0), ValueError, "vocab_size must be a positive int"),
+        (lambda: ToyConfig(vocab_size=0), ValueError, "vocab_size must be positive, got 0"),
         (lambda: AttentionOnlyTransformer({"vocab_size": 5}), TypeError, "ToyConfig"),
         (lambda: AttentionOnlyTransformer(ToyConfig())(torch.zeros(2, 5)), ValueError, "integer"),
         (lambda: AttentionOnlyTransformer(ToyConfig())(_ids(1, 13)), ValueError, "max_len=12"),
@@ -83,3 +83,8 @@ def test_without_positions_the_bidirectional_model_is_permutation_equivariant():
 def test_bad_input_raises_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_config_sizes_reject_bools():
+    with pytest.raises(TypeError, match="num_heads must be an int, got bool True"):
+        ToyConfig(num_heads=True)

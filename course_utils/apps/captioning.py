@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import check_positive, check_tensor
+from course_utils._validate import CheckedEmbedding, check_positive, check_tensor
 from course_utils.alignment import region_chance, region_hits
 from course_utils.apps.scenes import (
     CANVAS,
@@ -205,7 +205,7 @@ class Captioner(nn.Module):
             self.gate = nn.Linear(c.hidden_dim, 1)  # beta, Xu et al.'s gating scalar
         self.init_h = nn.Linear(c.channels, c.hidden_dim)
         self.init_c = nn.Linear(c.channels, c.hidden_dim)
-        self.embedding = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
+        self.embedding = CheckedEmbedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
         self.rnn = nn.LSTMCell(c.emb_dim + c.channels, c.hidden_dim)
         self.out = nn.Linear(c.hidden_dim + c.channels, c.vocab_size)
 

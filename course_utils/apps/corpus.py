@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from course_utils._validate import check_positive
 from course_utils.data import SPECIALS, TranslationPairs, Vocab
 
 UNK = "<unk>"
@@ -113,8 +114,7 @@ def build_vocab(sentences: Sequence[Sequence[str]], min_freq: int = 1) -> UnkVoc
     >>> build_vocab([["a", "b", "a"], ["c", "a", "b"]], min_freq=2).symbols
     ['<unk>', 'a', 'b']
     """
-    if not isinstance(min_freq, int) or min_freq < 1:
-        raise ValueError(f"min_freq must be a positive int, got {min_freq!r}")
+    check_positive("min_freq", min_freq)
     counts = Counter(tok for sentence in sentences for tok in sentence)
     clash = set(counts) & set(SPECIALS)
     if clash:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import check_positive, check_qkv, check_tensor
+from course_utils._validate import CheckedEmbedding, check_positive, check_qkv, check_tensor
 from course_utils.apps.stories import MAX_WORDS, StoryBatch, StoryData, make_stories, story_vocab
 from course_utils.attention import masked_softmax
 
@@ -206,8 +206,8 @@ class RecallAttention(nn.Module):
     def __init__(self, n_keys: int = 16, n_values: int = 16, d_model: int = 64):
         super().__init__()
         self.key_emb, self.value_emb = (
-            nn.Embedding(n_keys, d_model),
-            nn.Embedding(n_values, d_model),
+            CheckedEmbedding(n_keys, d_model),
+            CheckedEmbedding(n_values, d_model),
         )
         self.w_q = nn.Linear(d_model, d_model, bias=False)
         self.w_k = nn.Linear(d_model, d_model, bias=False)
@@ -230,8 +230,8 @@ class RecallGRU(nn.Module):
     def __init__(self, n_keys: int = 16, n_values: int = 16, d_model: int = 32, hidden: int = 48):
         super().__init__()
         self.key_emb, self.value_emb = (
-            nn.Embedding(n_keys, d_model),
-            nn.Embedding(n_values, d_model),
+            CheckedEmbedding(n_keys, d_model),
+            CheckedEmbedding(n_values, d_model),
         )
         self.rnn = nn.GRU(d_model, hidden, batch_first=True)
         self.out = nn.Linear(hidden, n_values)
@@ -285,7 +285,7 @@ class MemN2N(nn.Module):
         check_positive("d_model", d_model)
         self.hops, self.attention = hops, attention
         self.embed = nn.ModuleList(
-            nn.Embedding(vocab_size, d_model, padding_idx=pad_id) for _ in range(hops + 1)
+            CheckedEmbedding(vocab_size, d_model, padding_idx=pad_id) for _ in range(hops + 1)
         )
         self.temporal = nn.ModuleList(nn.Embedding(max_sentences, d_model) for _ in range(hops + 1))
         for table in (*self.embed, *self.temporal):

@@ -173,8 +173,7 @@ def make_reports(
     drawn from ``sentences``. The summary restates each event in one sentence, in the order
     the report tells them.
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_positive("n", n)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if not sentences or min(sentences) < 3:
@@ -269,8 +268,7 @@ def news_vocab(reports: Sequence[Report], max_size: int = 300, min_freq: int = 5
     if not reports or not all(isinstance(r, Report) for r in reports):
         raise TypeError("reports must be a non-empty sequence of Report")
     for name, value in (("max_size", max_size), ("min_freq", min_freq)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive(name, value)
     counts = Counter(t for r in reports for t in set(r.document + r.summary))
     clash = set(counts) & set(SPECIALS)
     if clash:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import check_positive, check_tensor
+from course_utils._validate import CheckedEmbedding, check_positive, check_tensor
 from course_utils.data import Vocab
 from course_utils.training import shuffled_batches
 from course_utils.transformer import EncoderLayer
@@ -203,7 +203,7 @@ class RationaleClassifier(nn.Module):
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
             raise ValueError(f"num_layers must be an int >= 0, got {num_layers!r}")
         self.pooling, self.pad_id, self.d_model = pooling, pad_id, d_model
-        self.word = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.word = CheckedEmbedding(vocab_size, d_model, padding_idx=pad_id)
         self.position = nn.Embedding(MAX_LEN, d_model)
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, num_heads, d_ff) for _ in range(num_layers)

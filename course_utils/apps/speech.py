@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_utils._validate import check_lengths, check_positive, check_tensor
+from course_utils._validate import CheckedEmbedding, check_lengths, check_positive, check_tensor
 from course_utils.alignment import monotonic_chance, monotonic_share, peak_progress
 from course_utils.apps.audio import N_MELS, SpeechBatch, SpeechData, char_vocab, load_speech
 from course_utils.attention import AdditiveScore
@@ -141,7 +141,7 @@ class ListenAttendSpell(nn.Module):
             self.score = AdditiveScore(c.hidden_dim, enc_dim, c.attn_dim)
         self.init_h = nn.Linear(enc_dim, c.hidden_dim)
         self.init_c = nn.Linear(enc_dim, c.hidden_dim)
-        self.embedding = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
+        self.embedding = CheckedEmbedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
         self.rnn = nn.LSTMCell(c.emb_dim + enc_dim, c.hidden_dim)
         self.out = nn.Linear(c.hidden_dim + enc_dim, c.vocab_size)
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._validate import check_src, check_tensor
+from course_utils._validate import CheckedEmbedding, check_src, check_tensor
 from course_utils.apps import news
 from course_utils.apps.corpus import UnkVocab
 from course_utils.attention import AdditiveScore, masked_softmax
@@ -151,7 +151,7 @@ class Summariser(nn.Module):
         c = self.config = config
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = c.pad_id, c.bos_id, c.eos_id, c.unk_id
         C, R = 2 * c.hidden_dim, c.hidden_dim
-        self.embedding = nn.Embedding(c.tgt_vocab_size, c.emb_dim, padding_idx=c.pad_id)
+        self.embedding = CheckedEmbedding(c.tgt_vocab_size, c.emb_dim, padding_idx=c.pad_id)
         # The two directions of a bidirectional GRU (see encode)
         self.encoder_forward = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
         self.encoder_backward = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from course_utils._validate import check_positive
 from course_utils.bahdanau import AttentionSeq2Seq, BahdanauConfig
 from course_utils.data import SPLITS, TranslationPairs, Vocab, make_batch
 from course_utils.decoding import greedy_decode
@@ -307,8 +308,7 @@ def make_pairs(
     lengths = list(lengths)
     if not lengths or min(lengths) < 3:
         raise ValueError(f"lengths must be a non-empty list of ints >= 3, got {lengths}")
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_positive("n", n)
     if split is not None and split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS} or None, got {split!r}")
     rng = random.Random(f"{seed}-{split}")  # each split has its own stream

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import check_positive, check_tensor
+from course_utils._validate import CheckedEmbedding, check_positive, check_tensor
 from course_utils.alignment import region_chance, region_hits
 from course_utils.apps.captioning import spatial_attend
 from course_utils.apps.questions import (
@@ -114,7 +114,7 @@ class QuestionEncoder(nn.Module):
     def __init__(self, vocab_size: int, emb_dim: int, d_model: int, pad_id: int):
         super().__init__()
         self.pad_id = pad_id
-        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        self.embedding = CheckedEmbedding(vocab_size, emb_dim, padding_idx=pad_id)
         self.rnn = nn.GRU(emb_dim, d_model, batch_first=True)
 
     def forward(self, questions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
