@@ -62,7 +62,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | input checks shared by the modules, one message style                | _validate           | -                        |
 | scores, masked softmax, causal mask, attention, multi-head attention | attention           | 02-06, 08-10, 14, 15, 17 |
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 17                   |
-| vocabularies, sequence tasks, batches, padding masks, model configs  | data                | 01, 03, 06, 07, 15       |
+| vocabularies, sequence tasks, hash splits, batches, padding masks    | data                | 01, 03, 06, 07, 15       |
+| the base of every model config: sizes and ids from the vocabularies  | config              | -                        |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook           |
 | a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-18           |
 | running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                        |

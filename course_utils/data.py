@@ -16,7 +16,6 @@ share a source sequence, whatever their sizes.
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from course_utils._validate import check_positive, check_tensor
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIALS = (PAD, BOS, EOS)
 # Every Vocab puts the specials first, so their ids are their places in SPECIALS. Model
-# configs default to these; ModelConfig.from_vocab takes them from the Vocab itself.
+# configs default to these; config.ModelConfig.from_vocab takes them from the Vocab itself.
 PAD_ID, BOS_ID, EOS_ID = (SPECIALS.index(t) for t in SPECIALS)
 
 
@@ -85,61 +84,6 @@ class Vocab:
         return out
 
 
-class ModelConfig:
-    """Base of every model's config dataclass: built from the vocabularies, checks itself.
-
-    A subclass is a ``@dataclass`` with ``src_vocab_size``, ``tgt_vocab_size``, ``pad_id``,
-    ``bos_id`` and ``eos_id`` among its fields. :meth:`from_vocab` takes the sizes and the
-    special-token ids from the :class:`Vocab` objects, so no model hard-codes an id. On
-    construction every field is checked: sizes (``int``) are positive ints, ``int | None``
-    sizes are ``None`` or positive, ids lie inside both vocabularies and differ, ``float``
-    fields named ``dropout`` lie in [0, 1), ``bool`` fields are bools.
-    """
-
-    @classmethod
-    def from_vocab(
-        cls, src_vocab: Vocab, tgt_vocab: Vocab | None = None, **sizes: object
-    ) -> ModelConfig:
-        """The config for ``src_vocab`` -> ``tgt_vocab`` (default: the same vocabulary)."""
-        tgt_vocab = src_vocab if tgt_vocab is None else tgt_vocab
-        for name, v in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
-            if not isinstance(v, Vocab):
-                raise TypeError(f"{name} must be a Vocab, got {type(v).__name__}")
-        ids = {n: getattr(tgt_vocab, n) for n in ("pad_id", "bos_id", "eos_id")}
-        if src_vocab.pad_id != tgt_vocab.pad_id:
-            raise ValueError(
-                f"src_vocab and tgt_vocab must share pad_id, got {src_vocab.pad_id} and "
-                f"{tgt_vocab.pad_id}"
-            )
-        return cls(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), **ids, **sizes)
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value, kind = getattr(self, f.name), str(f.type)
-            if kind == "bool" and not isinstance(value, bool):
-                raise TypeError(f"{f.name} must be a bool, got {value!r}")
-            if kind == "float" and f.name == "dropout":
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise TypeError(f"dropout must be a float, got {value!r}")
-                if not 0.0 <= value < 1.0:
-                    raise ValueError(f"dropout must lie in [0, 1), got {value}")
-            if kind == "int" and not f.name.endswith("_id"):
-                check_positive(f.name, value)
-            if kind == "int | None" and value is not None:
-                check_positive(f.name, value)
-        ids = {n: getattr(self, n) for n in ("pad_id", "bos_id", "eos_id")}
-        size = min(self.src_vocab_size, self.tgt_vocab_size)
-        for name, value in ids.items():
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {value!r}")
-            if not 0 <= value < size:
-                raise ValueError(
-                    f"{name} must lie in 0..{size - 1} (inside both vocabularies), got {value}"
-                )
-        if len(set(ids.values())) != 3:
-            raise ValueError(f"pad_id, bos_id and eos_id must differ, got {ids}")
-
-
 def letter_vocab(num_symbols: int = 20) -> Vocab:
     """A vocabulary of ``num_symbols`` lower-case letters (``a``, ``b``, ...)."""
     check_positive("num_symbols", num_symbols)
@@ -161,15 +105,29 @@ TASKS: dict[str, Callable[[list[int]], list[int]]] = {
 SPLITS = ("train", "val", "test")
 
 
-def split_of(src: Sequence[int], fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
-    """The split a source sequence belongs to, from a stable hash of its ids.
+def split_by_hash(key: str, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
+    """The split (``"train"``, ``"val"`` or ``"test"``) of whatever ``key`` names, from a stable
+    hash of its text: CRC-32 of its UTF-8 bytes over 2^32, cut at ``fractions``. The same key
+    always lands in the same split, so no two splits can share one. Every generated data set of
+    the course splits this way; each builds its own key (a sentence's words, a story's text, a
+    digit image's index).
 
-    The same sequence always lands in the same split, so no two splits can share one.
+    >>> split_by_hash("the cat saw two red birds"), split_by_hash("digit-0")
+    ('train', 'test')
     """
-    h = zlib.crc32(bytes(str(list(src)), "ascii")) / 2**32
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {type(key).__name__}")
+    if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1) > 1e-9:
+        raise ValueError(f"fractions must be three shares >= 0 that add up to 1, got {fractions}")
+    h = zlib.crc32(key.encode("utf-8")) / 2**32
     if h < fractions[0]:
         return "train"
     return "val" if h < fractions[0] + fractions[1] else "test"
+
+
+def split_of(src: Sequence[int], fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
+    """The split a source sequence of ids belongs to: :func:`split_by_hash` of its list's text."""
+    return split_by_hash(str(list(src)), fractions)
 
 
 @dataclass

@@ -22,7 +22,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course_utils._validate import CheckedEmbedding, check_ids, check_src
-from course_utils.data import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from course_utils.config import ModelConfig
+from course_utils.data import BOS_ID, EOS_ID, PAD_ID
 
 State = tuple[torch.Tensor, ...]
 

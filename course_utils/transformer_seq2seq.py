@@ -21,7 +21,8 @@ from torch import nn
 
 from course_utils._validate import CheckedEmbedding, check_src
 from course_utils.attention import causal_mask
-from course_utils.data import BOS_ID, EOS_ID, PAD_ID, ModelConfig, lengths_to_mask
+from course_utils.config import ModelConfig
+from course_utils.data import BOS_ID, EOS_ID, PAD_ID, lengths_to_mask
 from course_utils.positional import sinusoidal_encoding
 from course_utils.transformer import Transformer
 

@@ -1,6 +1,8 @@
 """The seeded task generators, the vocabulary and batching."""
 
+import random
 import re
+import zlib
 
 import pytest
 import torch
@@ -133,3 +135,36 @@ def test_pad_sequences():
     assert out.tolist() == [[5, 6, 7], [8, 0, 0]] and out.dtype == torch.long
     with pytest.raises(ValueError, match="seqs"):
         data.pad_sequences([], pad_id=0)
+
+
+# --- one hash split for every data set (issue 34) ---
+def _old_split(data: bytes, train: float = 0.8, val: float = 0.1) -> str:
+    """The formula each data set used to write out for itself: CRC-32 over 2^32, 80/10/10."""
+    h = zlib.crc32(data) / 2**32
+    return "train" if h < train else ("val" if h < train + val else "test")
+
+
+def test_every_data_set_splits_exactly_as_before():
+    from course_utils.apps import news, rationales, scenes, stories, translation
+
+    rng = random.Random(0)
+    words = ["the", "cat", "two", "red", "saw", "a", "farmer", "Robedo"]
+    for _ in range(2000):
+        sentence = [rng.choice(words) for _ in range(rng.randint(1, 8))]
+        ids = [rng.randrange(40) for _ in range(rng.randint(1, 9))]
+        assert data.split_of(ids) == _old_split(bytes(str(ids), "ascii"))
+        assert translation.split_of(sentence) == _old_split(" ".join(sentence).encode())
+        assert rationales.example_split(sentence) == _old_split(" ".join(sentence).encode())
+        assert news.name_split(sentence[0]) == _old_split(sentence[0].lower().encode())
+    for index in range(1797):
+        assert scenes.image_split(index) == _old_split(f"digit-{index}".encode())
+    for story in stories.make_stories(50, seed=0):
+        text = " | ".join(" ".join(s) for s in story.sentences) + " ? " + " ".join(story.question)
+        assert stories.story_split(story) == _old_split(text.encode())
+
+
+def test_split_by_hash_rejects_bad_input():
+    with pytest.raises(TypeError, match="key must be a str, got list"):
+        data.split_by_hash([1, 2])
+    with pytest.raises(ValueError, match="fractions must be three shares"):
+        data.split_by_hash("a", (0.5, 0.5, 0.5))

@@ -439,6 +439,16 @@ def test_positive_int_checks_go_through_check_positive():
     )
 
 
+def test_one_home_for_the_hash_split():
+    # every data set splits through data.split_by_hash; no module hashes for itself
+    homes = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "course_utils").rglob("*.py"))
+        if "crc32(" in path.read_text() and path.name != "data.py"
+    ]
+    assert not homes, f"call data.split_by_hash instead of hashing here: {homes}"
+
+
 def test_hand_rolled_positive_check_finder_catches_each_form():
     assert hand_rolled_positive_checks("if not isinstance(n, int) or n < 1:\n    raise") == [1]
     assert hand_rolled_positive_checks("x = 1\nif n <= 0 or not isinstance(n, int): pass") == [2]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ import torch
 
 from course_utils._validate import check_positive
 from course_utils.apps.corpus import UnkVocab, tokenize
-from course_utils.data import SPECIALS, SPLITS, length_bucketed_chunks, pad_sequences
+from course_utils.data import SPECIALS, SPLITS, length_bucketed_chunks, pad_sequences, split_by_hash
 
 # ---------------------------------------------------------------------------------------
 # Name pools: every name belongs to exactly one split
@@ -57,10 +56,7 @@ def name_split(name: str, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1
     >>> name_split("Robedo"), name_split("Nekoti")
     ('test', 'train')
     """
-    h = zlib.crc32(name.lower().encode("utf-8")) / 2**32
-    if h < fractions[0]:
-        return "train"
-    return "val" if h < fractions[0] + fractions[1] else "test"
+    return split_by_hash(name.lower(), fractions)
 
 
 def _syllables(k: int) -> list[str]:

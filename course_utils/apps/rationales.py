@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import random
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 
 from course_utils._validate import CheckedEmbedding, check_positive, check_tensor
-from course_utils.data import Vocab
+from course_utils.data import Vocab, split_by_hash
 from course_utils.training import shuffled_batches
 from course_utils.transformer import EncoderLayer
 
@@ -54,8 +53,7 @@ def example_split(tokens: tuple[str, ...] | list[str]) -> str:
     >>> example_split(["the", "cat", "two", "saw", "red"])
     'val'
     """
-    h = zlib.crc32(" ".join(tokens).encode()) / 2**32
-    return "train" if h < 0.8 else ("val" if h < 0.9 else "test")
+    return split_by_hash(" ".join(tokens))
 
 
 def _sentence(rng: random.Random, label: int) -> Example:

@@ -29,7 +29,6 @@ width in pixels.
 from __future__ import annotations
 
 import functools
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils._validate import check_positive
-from course_utils.data import SPLITS, Vocab, pad_sequences
+from course_utils.data import SPLITS, Vocab, pad_sequences, split_by_hash
 
 DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 RELATION_WORDS = ["left", "of", "above", "below"]
@@ -81,8 +80,7 @@ def image_split(index: int) -> str:
     >>> [image_split(i) for i in range(5)]
     ['test', 'train', 'train', 'train', 'test']
     """
-    h = zlib.crc32(f"digit-{index}".encode()) / 2**32
-    return "train" if h < 0.8 else ("val" if h < 0.9 else "test")
+    return split_by_hash(f"digit-{index}")
 
 
 @functools.lru_cache(maxsize=16)

@@ -31,14 +31,13 @@ in a sentence.
 from __future__ import annotations
 
 import random
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from course_utils._validate import check_positive
-from course_utils.data import Vocab
+from course_utils.data import Vocab, split_by_hash
 from course_utils.training import shuffled_batches
 
 PEOPLE = ["mary", "john", "sandra", "daniel"]
@@ -68,8 +67,7 @@ class Story:
 def story_split(story: Story) -> str:
     """The split a story belongs to, from a stable hash of its sentences and question."""
     text = " | ".join(" ".join(s) for s in story.sentences) + " ? " + " ".join(story.question)
-    h = zlib.crc32(text.encode()) / 2**32
-    return "train" if h < 0.8 else ("val" if h < 0.9 else "test")
+    return split_by_hash(text)
 
 
 def _events(rng: random.Random, n_sentences: int) -> list[list[str]]:

@@ -36,7 +36,8 @@ from course_utils._validate import CheckedEmbedding, check_src, check_tensor
 from course_utils.apps import news
 from course_utils.apps.corpus import UnkVocab
 from course_utils.attention import AdditiveScore, masked_softmax
-from course_utils.data import ModelConfig, lengths_to_mask
+from course_utils.config import ModelConfig
+from course_utils.data import lengths_to_mask
 from course_utils.decoding import greedy_decode
 from course_utils.metrics import oov_recall, repeated_trigram_rate, rouge
 

@@ -40,7 +40,6 @@ by a hash of its source text, so no source sentence is ever in two splits.
 from __future__ import annotations
 
 import random
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -49,7 +48,7 @@ from torch import nn
 
 from course_utils._validate import check_positive
 from course_utils.bahdanau import AttentionSeq2Seq, BahdanauConfig
-from course_utils.data import SPLITS, TranslationPairs, Vocab, make_batch
+from course_utils.data import SPLITS, TranslationPairs, Vocab, make_batch, split_by_hash
 from course_utils.decoding import greedy_decode
 from course_utils.metrics import corpus_bleu, exact_match
 from course_utils.seq2seq import Seq2Seq, Seq2SeqConfig
@@ -285,11 +284,8 @@ def _random_sentence(rng: random.Random, length: int) -> _Sentence | None:
 
 
 def split_of(src: Sequence[str], fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> str:
-    """The split of a source sentence, from a stable hash of its text (as in ``data``)."""
-    h = zlib.crc32(" ".join(src).encode("utf-8")) / 2**32
-    if h < fractions[0]:
-        return "train"
-    return "val" if h < fractions[0] + fractions[1] else "test"
+    """The split of a source sentence: :func:`~course_utils.data.split_by_hash` of its words."""
+    return split_by_hash(" ".join(src), fractions)
 
 
 def make_pairs(
