@@ -60,7 +60,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | concept                                                              | module              | notebooks                |
 |----------------------------------------------------------------------|---------------------|--------------------------|
 | input checks shared by the modules, one message style                | _validate           | -                        |
-| scores, masked softmax, causal mask, attention, multi-head attention | attention           | 02-06, 08-10, 14, 15, 17 |
+| scores, masked softmax, masks, attention, one read, multi-head attn. | attention           | 02-06, 08-10, 14, 15, 17 |
 | sinusoidal, learned, rotary positions; ALiBi, T5 relative bias       | positional          | 05, 17                   |
 | vocabularies, sequence tasks, hash splits, batches, padding masks    | data                | 01, 03, 06, 07, 15       |
 | the base of every model config: sizes and ids from the vocabularies  | config              | -                        |

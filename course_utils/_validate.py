@@ -8,6 +8,7 @@ a wrong type or dtype, ``ValueError`` for a wrong shape or value. Private to the
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 
 # ---------------------------------------------------------------------------------------
@@ -125,6 +126,67 @@ def check_bool_mask(name: str, mask: object, meaning: str = "True = may attend")
             f"{name} must be boolean ({meaning}), got dtype {mask.dtype} "
             f"with shape {tuple(mask.shape)}"
         )
+
+
+# ---------------------------------------------------------------------------------------
+# Attention's inputs: queries, keys and masks (course_utils.attention and its score modules)
+# ---------------------------------------------------------------------------------------
+def check_float_tensor(name: str, x: object, min_dim: int = 2) -> None:
+    """A floating-point tensor with at least ``min_dim`` dims."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dims, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def check_batch_dims(names: str, *tensors: torch.Tensor) -> None:
+    """Leading (batch) dims must broadcast; the last two dims are the matrix dims."""
+    try:
+        torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+        raise ValueError(f"{names} have batch dims that do not broadcast: {shapes}") from None
+
+
+def check_query_key(query: torch.Tensor, key: torch.Tensor) -> None:
+    """Query ``(..., Lq, D)`` and key ``(..., Lk, D)``: the same ``D``, batch dims that broadcast."""
+    check_float_tensor("query", query)
+    check_float_tensor("key", key)
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            "query and key must have the same feature size (last dim), got "
+            f"query {tuple(query.shape)} and key {tuple(key.shape)}"
+        )
+    check_batch_dims("query and key", query, key)
+
+
+def check_scores_mask(mask: object, scores_shape: torch.Size) -> None:
+    """A boolean mask that broadcasts to the scores' shape ``(..., Lq, Lk)``."""
+    check_bool_mask("mask", mask)
+    try:
+        ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)} (..., Lq, Lk)"
+        )
+
+
+def check_sized_query_key(module: nn.Module, query: object, key: object) -> None:
+    """For a score module built for ``query_dim`` and ``key_dim`` features."""
+    check_float_tensor("query", query)
+    check_float_tensor("key", key)
+    if query.shape[-1] != module.query_dim or key.shape[-1] != module.key_dim:
+        raise ValueError(
+            f"{type(module).__name__} expects query (..., Lq, {module.query_dim}) and key "
+            f"(..., Lk, {module.key_dim}), got query {tuple(query.shape)} and key "
+            f"{tuple(key.shape)}"
+        )
+    check_batch_dims("query and key", query, key)
 
 
 # ---------------------------------------------------------------------------------------

@@ -12,68 +12,18 @@ import math
 import torch
 from torch import nn
 
-from course_utils._validate import check_bool_mask, check_positive
+from course_utils._validate import (
+    check_batch_dims,
+    check_bool_mask,
+    check_float_tensor,
+    check_positive,
+    check_query_key,
+    check_scores_mask,
+    check_sized_query_key,
+)
 
 Device = torch.device | str | None  # where a new tensor goes (None: the default device)
 Mask = torch.Tensor | None  # a boolean mask (True = may attend), or no mask
-
-
-# ---------------------------------------------------------------------------------------
-# Input checks: every public function names the argument and the shapes it got.
-# ---------------------------------------------------------------------------------------
-def _check_tensor(name: str, x: object, min_dim: int = 2) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() < min_dim:
-        raise ValueError(f"{name} must have at least {min_dim} dims, got shape {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-
-
-def _check_batch_dims(names: str, *tensors: torch.Tensor) -> None:
-    """Leading (batch) dims must broadcast; the last two dims are the matrix dims."""
-    try:
-        torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
-    except RuntimeError:
-        shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
-        raise ValueError(f"{names} have batch dims that do not broadcast: {shapes}") from None
-
-
-def _check_query_key(query: torch.Tensor, key: torch.Tensor) -> None:
-    _check_tensor("query", query)
-    _check_tensor("key", key)
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            "query and key must have the same feature size (last dim), got "
-            f"query {tuple(query.shape)} and key {tuple(key.shape)}"
-        )
-    _check_batch_dims("query and key", query, key)
-
-
-def _check_mask(mask: object, scores_shape: torch.Size) -> None:
-    check_bool_mask("mask", mask)
-    try:
-        ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
-            f"{tuple(scores_shape)} (..., Lq, Lk)"
-        )
-
-
-def _check_sized_query_key(module: nn.Module, query: object, key: object) -> None:
-    """For a score module built for ``query_dim`` and ``key_dim`` features."""
-    _check_tensor("query", query)
-    _check_tensor("key", key)
-    if query.shape[-1] != module.query_dim or key.shape[-1] != module.key_dim:
-        raise ValueError(
-            f"{type(module).__name__} expects query (..., Lq, {module.query_dim}) and key "
-            f"(..., Lk, {module.key_dim}), got query {tuple(query.shape)} and key "
-            f"{tuple(key.shape)}"
-        )
-    _check_batch_dims("query and key", query, key)
 
 
 # ---------------------------------------------------------------------------------------
@@ -81,13 +31,13 @@ def _check_sized_query_key(module: nn.Module, query: object, key: object) -> Non
 # ---------------------------------------------------------------------------------------
 def dot_product_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     """``score(q, k) = q . k``: ``(..., Lq, D), (..., Lk, D) -> (..., Lq, Lk)``."""
-    _check_query_key(query, key)
+    check_query_key(query, key)
     return query @ key.transpose(-2, -1)  # (..., Lq, D) @ (..., D, Lk) -> (..., Lq, Lk)
 
 
 def scaled_dot_product_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     """``score(q, k) = q . k / sqrt(D)``, which keeps unit variance for unit-variance inputs."""
-    _check_query_key(query, key)
+    check_query_key(query, key)
     D = query.shape[-1]
     return query @ key.transpose(-2, -1) / math.sqrt(D)  # (..., Lq, Lk)
 
@@ -106,7 +56,7 @@ class AdditiveScore(nn.Module):
         self.v = nn.Linear(hidden_dim, 1, bias=False)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        _check_sized_query_key(self, query, key)
+        check_sized_query_key(self, query, key)
         q = self.w_q(query).unsqueeze(-2)  # (..., Lq, A) -> (..., Lq, 1, A)
         k = self.w_k(key).unsqueeze(-3)  # (..., Lk, A) -> (..., 1, Lk, A)
         # note: broadcasting builds all Lq x Lk sums at once: (..., Lq, Lk, A)
@@ -126,7 +76,7 @@ class BilinearScore(nn.Module):
         self.w = nn.Linear(key_dim, query_dim, bias=False)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        _check_sized_query_key(self, query, key)
+        check_sized_query_key(self, query, key)
         return query @ self.w(key).transpose(-2, -1)  # (..., Lq, query_dim) @ (..., query_dim, Lk)
 
 
@@ -142,10 +92,10 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     ``mask`` must broadcast to ``scores``. A row with no allowed position gives all zeros,
     never NaN, and passes zero gradient.
     """
-    _check_tensor("scores", scores, min_dim=1)
+    check_float_tensor("scores", scores, min_dim=1)
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    _check_mask(mask, scores.shape)
+    check_scores_mask(mask, scores.shape)
     # A finite fill (not -inf) keeps a fully masked row finite: its softmax is uniform
     # garbage, which the second masked_fill then zeroes, with zero gradient.
     filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -244,22 +194,47 @@ def scaled_dot_product_attention(
     wherever that is defined; a query with no allowed key gets a zero output (not NaN).
     Given both, ``mask`` and ``is_causal`` are combined (a key must pass both).
     """
-    _check_query_key(query, key)
-    _check_tensor("value", value)
+    check_query_key(query, key)
+    check_float_tensor("value", value)
     if value.shape[-2] != key.shape[-2]:
         raise ValueError(
             "key and value must have the same number of positions (dim -2), got "
             f"key {tuple(key.shape)} and value {tuple(value.shape)}"
         )
-    _check_batch_dims("query, key and value", query, key, value)
+    check_batch_dims("query, key and value", query, key, value)
     scores = scaled_dot_product_scores(query, key)  # (..., Lq, Lk)
     if mask is not None:
-        _check_mask(mask, scores.shape)
+        check_scores_mask(mask, scores.shape)
     if is_causal:
         causal = causal_mask(query.shape[-2], key.shape[-2], device=query.device)
         mask = causal if mask is None else mask & causal
     weights = masked_softmax(scores, mask)  # (..., Lq, Lk)
     return weights @ value, weights  # (..., Lq, Lk) @ (..., Lk, Dv) -> (..., Lq, Dv)
+
+
+def attend(
+    query: torch.Tensor, states: torch.Tensor, score: nn.Module, mask: Mask = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One attention read, as a decoder makes at each step: ``query`` (B, R) against
+    ``states`` (B, S, C) -> ``(context (B, C), weights (B, S))``.
+
+    ``score`` is any module mapping ``(B, 1, R), (B, S, C) -> (B, 1, S)``, e.g.
+    :class:`AdditiveScore`. The weights are zero where ``mask`` (B, S) is False and sum to 1
+    over the rest; the context is the weighted mean of the states. Bahdanau's decoder reads
+    its source with it, Show, Attend and Tell's captioner an image grid, the speller of
+    Listen, Attend and Spell the audio, the VQA model the image regions.
+
+    >>> _ = torch.manual_seed(0)
+    >>> states = torch.randn(1, 3, 4)
+    >>> context, weights = attend(torch.randn(1, 4), states, AdditiveScore(4, 4, 5),
+    ...                           torch.tensor([[True, True, False]]))
+    >>> context.shape, weights[0, 2].item(), round(weights.sum().item(), 6)
+    (torch.Size([1, 4]), 0.0, 1.0)
+    """
+    scores = score(query.unsqueeze(1), states)  # (B, 1, R), (B, S, C) -> (B, 1, S)
+    weights = masked_softmax(scores, None if mask is None else mask.unsqueeze(1))  # (B, 1, S)
+    context = weights @ states  # (B, 1, S) @ (B, S, C) -> (B, 1, C)
+    return context.squeeze(1), weights.squeeze(1)  # (B, C), (B, S)
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,7 +321,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         for name, x in (("query", query), ("key", key), ("value", value)):
-            _check_tensor(name, x, min_dim=3)
+            check_float_tensor(name, x, min_dim=3)
             if x.dim() != 3 or x.shape[-1] != self.embed_dim:
                 raise ValueError(
                     f"{name} must be (B, L, {self.embed_dim}) (batch first), got shape "

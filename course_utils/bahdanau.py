@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from course_utils._validate import CheckedEmbedding, check_ids
-from course_utils.attention import AdditiveScore, masked_softmax
+from course_utils.attention import AdditiveScore, attend, masked_softmax
 from course_utils.data import lengths_to_mask
 from course_utils.seq2seq import GRUEncoderDecoder, Seq2SeqConfig
 
@@ -79,31 +79,6 @@ def _check_encoder_side(
 # ---------------------------------------------------------------------------------------
 
 
-def attend(
-    query: torch.Tensor,
-    enc_states: torch.Tensor,
-    src_mask: torch.Tensor,
-    score: nn.Module,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One attention read: ``query`` (B, R) against ``enc_states`` (B, S, C).
-
-    Returns ``(context (B, C), weights (B, S))``; ``weights`` are zero where ``src_mask``
-    (B, S) is False and sum to 1 over the rest. ``score`` is any module mapping
-    ``(B, 1, R), (B, S, C) -> (B, 1, S)``, e.g. :class:`~course_utils.attention.AdditiveScore`.
-
-    >>> _ = torch.manual_seed(0)
-    >>> states = torch.randn(1, 3, 4)
-    >>> context, weights = attend(torch.randn(1, 4), states, torch.tensor([[True, True, False]]),
-    ...                           AdditiveScore(4, 4, 5))
-    >>> context.shape, weights[0, 2].item(), round(weights.sum().item(), 6)
-    (torch.Size([1, 4]), 0.0, 1.0)
-    """
-    scores = score(query.unsqueeze(1), enc_states)  # (B, 1, R), (B, S, C) -> (B, 1, S)
-    weights = masked_softmax(scores, src_mask.unsqueeze(1))  # (B, 1, S)
-    context = weights @ enc_states  # (B, 1, S) @ (B, S, C) -> (B, 1, C)
-    return context.squeeze(1), weights.squeeze(1)  # (B, C), (B, S)
-
-
 class AttentionDecoder(nn.Module):
     """Embedding + additive attention + GRU cell + a read-out from ``[state, context]``.
 
@@ -141,7 +116,7 @@ class AttentionDecoder(nn.Module):
 
         Returns ``(logits (B, V), hidden (B, R) = s_t, weights (B, S))``.
         """
-        context, weights = attend(hidden, enc_states, src_mask, self.attention)  # (B, C), (B, S)
+        context, weights = attend(hidden, enc_states, self.attention, src_mask)  # (B, C), (B, S)
         y = self.embedding(token)  # (B,) -> (B, E)
         hidden = self.rnn(torch.cat([y, context], dim=-1), hidden)  # (B, E + C) -> (B, R)
         logits = self.out(torch.cat([hidden, context], dim=-1))  # (B, R + C) -> (B, V)

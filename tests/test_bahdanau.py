@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import seq2seq
+from course_utils.attention import attend
 from course_utils.bahdanau import (
     AttentionDecoder,
     AttentionSeq2Seq,
     BahdanauConfig,
-    attend,
 )
 from course_utils.data import (
     Batch,
@@ -69,7 +69,7 @@ def test_attend_equals_the_formula_over_real_positions_only(seed):
     states = torch.randn(3, 7, 6, generator=g)
     query = torch.randn(3, 6, generator=g)
     lengths = torch.tensor([7, 2, 4])
-    context, weights = attend(query, states, lengths_to_mask(lengths, 7), score)
+    context, weights = attend(query, states, score, lengths_to_mask(lengths, 7))
     assert context.shape == (3, 6) and weights.shape == (3, 7)
     for b, n in enumerate(lengths.tolist()):
         ref_context, ref_weights = reference_attend(query[b], states[b], n, score)

@@ -8,7 +8,7 @@ import torch
 from course_utils import alignment
 from course_utils.apps import captioning as cap
 from course_utils.apps.scenes import CaptionData, caption_vocab, make_scenes
-from course_utils.attention import AdditiveScore
+from course_utils.attention import AdditiveScore, attend
 from course_utils.decoding import beam_search, greedy_decode
 
 
@@ -34,12 +34,12 @@ def additive_loop(score, h, keys):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_spatial_attend_equals_a_loop_over_cells(seed):
+def test_attend_over_the_grid_equals_a_loop_over_cells(seed):
     g = torch.Generator().manual_seed(seed)
     h, f = torch.randn(2, 5, generator=g), torch.randn(2, 9, 4, generator=g)
     torch.manual_seed(seed)
     score = AdditiveScore(5, 4, 3)
-    context, weights = cap.spatial_attend(h, f, score)
+    context, weights = attend(h, f, score)
     expected = torch.softmax(additive_loop(score, h, f), dim=-1)  # (B, P)
     torch.testing.assert_close(weights, expected)
     torch.testing.assert_close(context, torch.einsum("bp,bpc->bc", expected, f))

@@ -5,6 +5,7 @@ import pytest
 import torch
 from torch import nn
 
+from course_utils import attention
 from course_utils.apps import captioning
 from course_utils.apps.scenes import CaptionData, caption_vocab, make_scenes
 from course_utils.attention import AdditiveScore
@@ -55,9 +56,10 @@ def test_attention_reads_equal_library(nb, seed):
     hidden, features = torch.randn(B, R, generator=g), torch.randn(B, P, C, generator=g)
     torch.manual_seed(seed)
     spatial, channel = AdditiveScore(R, C, 6), AdditiveScore(R, P, 6)
+    library = {"spatial_attend": attention.attend, "channel_attend": captioning.channel_attend}
     for name, score in (("spatial_attend", spatial), ("channel_attend", channel)):
         ours = nb[name](hidden, features, score)
-        theirs = getattr(captioning, name)(hidden, features, score)
+        theirs = library[name](hidden, features, score)
         for a, b in zip(ours, theirs, strict=True):
             torch.testing.assert_close(a, b)
 

@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from course_utils.apps import contrastive, vqa
-from course_utils.apps.captioning import ConvEncoder, spatial_attend
+from course_utils.apps.captioning import ConvEncoder
 from course_utils.apps.questions import make_questions, question_vocab
-from course_utils.attention import AdditiveScore, MultiHeadAttention
+from course_utils.attention import AdditiveScore, MultiHeadAttention, attend
 
 from notebook_cells import (
     assert_marked_cells_define,
@@ -35,7 +35,7 @@ def nb():
         "nn": nn,
         "AdditiveScore": AdditiveScore,
         "MultiHeadAttention": MultiHeadAttention,
-        "spatial_attend": spatial_attend,
+        "attend": attend,
     }
     return run_from_scratch_cells(NOTEBOOK, namespace)
 

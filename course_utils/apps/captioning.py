@@ -39,7 +39,7 @@ from course_utils.apps.scenes import (
     caption_vocab,
     make_scenes,
 )
-from course_utils.attention import AdditiveScore, masked_softmax
+from course_utils.attention import AdditiveScore, attend, masked_softmax
 from course_utils.data import SPLITS, Vocab
 from course_utils.decoding import greedy_decode
 from course_utils.metrics import corpus_bleu, exact_match
@@ -122,23 +122,6 @@ class ConvEncoder(nn.Module):
         return maps.flatten(2).transpose(1, 2)  # (B, C, P) -> (B, P, C), cells row by row
 
 
-def spatial_attend(
-    hidden: torch.Tensor, features: torch.Tensor, score: nn.Module
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention over the grid cells: ``hidden`` (B, R), ``features`` (B, P, C) ->
-    ``(context (B, C), weights (B, P))``; the weights sum to 1 over the cells.
-
-    >>> _ = torch.manual_seed(0)
-    >>> context, w = spatial_attend(torch.randn(2, 5), torch.randn(2, 9, 4), AdditiveScore(5, 4, 3))
-    >>> context.shape, w.shape, torch.allclose(w.sum(-1), torch.ones(2))
-    (torch.Size([2, 4]), torch.Size([2, 9]), True)
-    """
-    scores = score(hidden.unsqueeze(1), features)  # (B, 1, R), (B, P, C) -> (B, 1, P)
-    weights = masked_softmax(scores)  # (B, 1, P)
-    context = weights @ features  # (B, 1, P) @ (B, P, C) -> (B, 1, C)
-    return context.squeeze(1), weights.squeeze(1)
-
-
 def channel_attend(
     hidden: torch.Tensor, features: torch.Tensor, score: nn.Module
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,8 +197,8 @@ class Captioner(nn.Module):
         kind = self.config.attention
         if kind == "none":
             return features.mean(dim=1), None, None  # (B, P, C) -> (B, C)
-        attend = spatial_attend if kind == "spatial" else channel_attend
-        context, weights = attend(hidden, features, self.score)
+        read = attend if kind == "spatial" else channel_attend  # over the cells or the channels
+        context, weights = read(hidden, features, self.score)
         beta = torch.sigmoid(self.gate(hidden))  # (B, R) -> (B, 1)
         return beta * context, weights, beta.squeeze(-1)
 

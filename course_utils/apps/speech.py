@@ -26,8 +26,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from course_utils._validate import CheckedEmbedding, check_lengths, check_positive, check_tensor
 from course_utils.alignment import monotonic_chance, monotonic_share, peak_progress
 from course_utils.apps.audio import N_MELS, SpeechBatch, SpeechData, char_vocab, load_speech
-from course_utils.attention import AdditiveScore
-from course_utils.bahdanau import attend
+from course_utils.attention import AdditiveScore, attend
 from course_utils.data import SPLITS, Vocab, lengths_to_mask
 from course_utils.decoding import greedy_decode
 from course_utils.metrics import error_rate
@@ -158,7 +157,7 @@ class ListenAttendSpell(nn.Module):
         """``tokens`` (B,) -> ``(log_probs (B, V), state, weights (B, S) or None)``."""
         h, c, states, mask, final = state
         if self.config.attention:
-            context, weights = attend(h, states, mask, self.score)  # (B, C), (B, S)
+            context, weights = attend(h, states, self.score, mask)  # (B, C), (B, S)
         else:
             context, weights = final, None
         h, c = self.rnn(torch.cat([self.embedding(tokens), context], dim=-1), (h, c))

@@ -21,7 +21,7 @@ Two attend:
 
 * ``"stacked"`` (stacked attention networks, Yang et al., 2016): ``u_0 = q``; each of
   ``glimpses`` steps scores every region against ``u`` (additive attention, notebook 09's
-  :func:`~course_utils.apps.captioning.spatial_attend`), reads the weighted mean ``c_k`` and
+  :func:`~course_utils.attention.attend`), reads the weighted mean ``c_k`` and
   refines the query, ``u_k = u_{k-1} + c_k``; the classifier reads the last ``u``;
 * ``"coattention"``: a Transformer-style block where the question's words attend to the
   regions and the **regions attend back** to those words (multi-head attention, residual
@@ -42,7 +42,6 @@ from torch import nn
 
 from course_utils._validate import CheckedEmbedding, check_positive, check_tensor
 from course_utils.alignment import region_chance, region_hits
-from course_utils.apps.captioning import spatial_attend
 from course_utils.apps.questions import (
     ANSWERS,
     TEMPLATES,
@@ -52,7 +51,7 @@ from course_utils.apps.questions import (
     question_vocab,
 )
 from course_utils.apps.scenes import CANVAS
-from course_utils.attention import AdditiveScore, MultiHeadAttention
+from course_utils.attention import AdditiveScore, MultiHeadAttention, attend
 
 KINDS = ("blind", "mean", "grid", "stacked", "coattention")
 ATTENDING = ("stacked", "coattention")
@@ -180,7 +179,7 @@ def stacked_glimpses(
         )
     u, weights = query, []
     for score in scores:
-        context, w = spatial_attend(u, regions, score)  # (B, E), (B, P)
+        context, w = attend(u, regions, score)  # (B, E), (B, P)
         weights.append(w)
         u = u + context if refine else context
     return u, torch.stack(weights, dim=1)

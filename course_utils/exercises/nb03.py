@@ -1,7 +1,7 @@
 """Checkers for the exercises of notebook 03 (Bahdanau attention).
 
 ``check_attention_read`` compares one additive-attention read, ``(context, weights)`` with
-padding weighted exactly 0, with ``bahdanau.attend`` around an ``attention.AdditiveScore``
+padding weighted exactly 0, with ``attention.attend`` around an ``attention.AdditiveScore``
 holding the given matrices; ``check_alignment_accuracy`` compares the share of counted steps
 whose most-attended source position is the gold one with ``alignment.alignment_accuracy``.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from course_utils import alignment, bahdanau
+from course_utils import alignment, attention
 from course_utils.data import lengths_to_mask
 from course_utils.exercises import additive_score_from, check_function, seeded
 
@@ -21,9 +21,9 @@ from course_utils.exercises import additive_score_from, check_function, seeded
 def _attention_read_reference(
     query: Tensor, enc_states: Tensor, src_mask: Tensor, W_q: Tensor, W_k: Tensor, v: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """``bahdanau.attend`` with an ``AdditiveScore`` holding ``W_q (A, R)``, ``W_k (A, C)``, ``v (A,)``."""
+    """``attention.attend`` with an ``AdditiveScore`` holding ``W_q (A, R)``, ``W_k (A, C)``, ``v (A,)``."""
     with torch.no_grad():
-        return bahdanau.attend(query, enc_states, src_mask, additive_score_from(W_q, W_k, v))
+        return attention.attend(query, enc_states, additive_score_from(W_q, W_k, v), src_mask)
 
 
 def check_attention_read(fn: Callable) -> None:

@@ -2,7 +2,7 @@
 
 ``check_gated_grid_read`` compares one step of Show, Attend and Tell's look at the image
 (additive attention over the grid cells, then the gate ``beta``) with
-``apps.captioning.spatial_attend`` around an ``attention.AdditiveScore`` holding the given
+``attention.attend`` around an ``attention.AdditiveScore`` holding the given
 matrices; ``check_caption_loss`` compares the training loss (cross-entropy over the real
 steps plus ``lam`` times the mean doubly stochastic penalty), computed from a small spatial
 captioner's logits and weights, with ``apps.captioning.caption_loss`` on the same model and
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from course_utils import alignment
+from course_utils import alignment, attention
 from course_utils.apps import captioning
 from course_utils.exercises import additive_score_from, check_function, seeded
 
@@ -32,9 +32,7 @@ def _gated_read_reference(
     b_beta: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     with torch.no_grad():
-        context, weights = captioning.spatial_attend(
-            hidden, features, additive_score_from(W_q, W_k, v)
-        )
+        context, weights = attention.attend(hidden, features, additive_score_from(W_q, W_k, v))
     beta = torch.sigmoid(hidden @ w_beta + b_beta)  # (B,)
     return beta[:, None] * context, weights, beta
 
