@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02, nb09, nb10, nb14, nb16, nb18
+from course_utils.exercises import nb01, nb02, nb08, nb09, nb10, nb11, nb14, nb15, nb16, nb18
 
 
 def test_reference_solutions_pass(capsys):
@@ -209,6 +209,113 @@ def _stack_frames(x, lengths, k, zero_padding=True):
     return out, -(-lengths // k)
 
 
+# -- notebooks 08, 09, 10, 11 and 15: each checker against a right answer and a classic mistake
+def _mix(p_vocab, attention, src_ext, p_gen, add=True):
+    B, S = attention.shape
+    gate = p_gen.reshape(B, 1)
+    out = torch.cat([gate * p_vocab, p_vocab.new_zeros(B, S)], dim=1)  # (B, V + S)
+    copied = (1 - gate) * attention
+    # the mistake: scatter overwrites, so a repeated word keeps only its last copy
+    return out.scatter_add(1, src_ext, copied) if add else out.scatter(1, src_ext, copied)
+
+
+def _coverage(weights, include_current=False):
+    coverage = torch.cumsum(weights, 0) - (0 if include_current else weights)
+    return float(torch.minimum(weights, coverage).sum())
+
+
+def _gated_read(hidden, features, W_q, W_k, v, w_beta, b_beta, gate=True):
+    scores = torch.tanh((hidden @ W_q.T)[:, None, :] + features @ W_k.T) @ v  # (B, P)
+    weights = torch.softmax(scores, dim=-1)
+    context = (weights[:, :, None] * features).sum(1)  # (B, C)
+    beta = torch.sigmoid(hidden @ w_beta + b_beta)  # (B,)
+    return (beta[:, None] * context if gate else context), weights, beta
+
+
+def _peak_point(weights, image_size, corner=False):
+    G_rows, G_cols = weights.shape
+    row, col = divmod(int(weights.argmax()), G_cols)
+    shift = 0.0 if corner else 0.5  # the mistake: the cell's top-left corner, not its centre
+    return (row + shift) * image_size[0] / G_rows, (col + shift) * image_size[1] / G_cols
+
+
+def _inside(point, box):
+    top, left, bottom, right = box
+    return top <= point[0] < bottom and left <= point[1] < right
+
+
+def _peak_in_box(weights, box, image_size, corner=False):
+    return _inside(_peak_point(weights, image_size, corner), box)
+
+
+def _mel_filterbank(n_mels, n_fft, rate, scale="mel"):
+    to_mel = (lambda f: 2595 * np.log10(1 + f / 700)) if scale == "mel" else (lambda f: f)
+    to_hz = (lambda m: 700 * (10 ** (m / 2595) - 1)) if scale == "mel" else (lambda m: m)
+    edges = to_hz(np.linspace(to_mel(0.0), to_mel(rate / 2), n_mels + 2))
+    freqs = np.linspace(0, rate / 2, n_fft // 2 + 1)
+    bank = np.zeros((n_mels, len(freqs)))
+    for m in range(n_mels):
+        rise = (freqs - edges[m]) / (edges[m + 1] - edges[m])
+        fall = (edges[m + 2] - freqs) / (edges[m + 2] - edges[m + 1])
+        bank[m] = np.maximum(0, np.minimum(rise, fall))
+    return torch.tensor(bank, dtype=torch.float32)
+
+
+def _monotonic_share(weights, steps, every_step=False):
+    forward = counted = 0
+    for b in range(weights.shape[0]):
+        peaks = weights[b].argmax(-1).tolist()
+        last = weights.shape[1] if every_step else int(steps[b])  # the mistake: padding counted
+        for t in range(1, last):
+            forward += peaks[t] >= peaks[t - 1]
+            counted += 1
+    return forward / counted
+
+
+def _entropy(weights, guard=True):
+    logs = (
+        torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
+        if guard
+        else weights.log()
+    )
+    return -(weights * logs).sum(-1)  # unguarded: 0 log 0 is NaN
+
+
+def _top_k(queries, corpus, k, normalise=True):
+    if normalise:
+        queries = queries / queries.norm(dim=-1, keepdim=True)
+        corpus = corpus / corpus.norm(dim=-1, keepdim=True)
+    return tuple((queries @ corpus.T).topk(k, dim=-1))
+
+
+def _stacked(query, regions, params, accumulate=True):
+    u, all_weights = query, []
+    for W_q, W_k, v in params:
+        scores = torch.tanh((u @ W_q.T)[:, None, :] + regions @ W_k.T) @ v  # (B, P)
+        weights = torch.softmax(scores, dim=-1)
+        context = (weights[:, :, None] * regions).sum(1)  # (B, E)
+        u = u + context if accumulate else context  # the mistake: the query forgets itself
+        all_weights.append(weights)
+    return u, torch.stack(all_weights, dim=1)
+
+
+def _left_of(digits, boxes, named, nearest=True):
+    if digits.count(named) != 1:
+        return None
+    centre = [(left + right) / 2 for _, left, _, right in boxes]
+    mine = centre[digits.index(named)]
+    left_of_it = [(c, d) for c, d in zip(centre, digits, strict=True) if c < mine]
+    if not left_of_it:
+        return None
+    # the mistake: the leftmost digit of the scene rather than the nearest on the left
+    return (max if nearest else min)(left_of_it)[1]
+
+
+def _peak_in_any_box(weights, boxes, image_size, first_only=False):
+    point = _peak_point(weights, image_size)
+    return any(_inside(point, box) for box in (boxes[:1] if first_only else boxes))
+
+
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
 EXERCISES = [
     (nb16.check_integrated_gradients, _integrated_gradients, _left_riemann_ig),
@@ -259,6 +366,21 @@ EXERCISES = [
         nb10.check_stack_frames,
         _stack_frames,
         lambda x, lengths, k: _stack_frames(x, lengths, k, zero_padding=False),  # padding kept
+    ),
+    (nb08.check_mix, _mix, lambda *a: _mix(*a, add=False)),
+    (nb08.check_coverage_loss, _coverage, lambda w: _coverage(w, include_current=True)),
+    (nb09.check_gated_grid_read, _gated_read, lambda *a: _gated_read(*a, gate=False)),
+    (nb09.check_peak_in_box, _peak_in_box, lambda w, b, s: _peak_in_box(w, b, s, corner=True)),
+    (nb10.check_mel_filterbank, _mel_filterbank, lambda m, n, r: _mel_filterbank(m, n, r, "hz")),
+    (nb10.check_monotonic_share, _monotonic_share, lambda w, s: _monotonic_share(w, s, True)),
+    (nb11.check_attention_entropy, _entropy, lambda w: _entropy(w, guard=False)),
+    (nb11.check_top_k_search, _top_k, lambda q, c, k: _top_k(q, c, k, normalise=False)),
+    (nb15.check_stacked_read, _stacked, lambda q, r, p: _stacked(q, r, p, accumulate=False)),
+    (nb15.check_left_of, _left_of, lambda d, b, n: _left_of(d, b, n, nearest=False)),
+    (
+        nb15.check_peak_in_any_box,
+        _peak_in_any_box,
+        lambda w, b, s: _peak_in_any_box(w, b, s, first_only=True),
     ),
     (nb14.check_sharp_read, _read, lambda q, k, v, beta: _read(q, k, v, 1.0)),  # ignores beta
     (

@@ -98,6 +98,12 @@ def check_peak_in_box(fn: Callable) -> None:
     for G, size in [(6, (48, 48)), (4, (32, 48)), (6, (48, 48)), (3, (30, 30))]:
         top, left = torch.randint(0, size[0] // 2, (2,), generator=g).tolist()
         cases.append((torch.rand(G, G, generator=g), (top, left, top + 15, left + 18), size))
+    # by hand: the peak cell (1, 2) of a 4 x 4 grid on 48 x 48 pixels has its centre at (18, 30)
+    # and its top-left corner at (12, 24); the box holds the centre but not the corner, and the
+    # same box read with rows and columns swapped holds neither
+    peak = torch.zeros(4, 4)
+    peak[1, 2] = 1.0
+    cases += [(peak, (15, 27, 21, 33), (48, 48)), (peak, (9, 21, 15, 27), (48, 48))]
 
     def reference(weights: Tensor, box: tuple, image_size: tuple) -> bool:
         return bool(alignment.region_hits(weights[None], [box], image_size)[0])

@@ -99,6 +99,10 @@ def check_peak_in_any_box(fn: Callable) -> None:
         if q.support:
             boxes = [data.scenes[s].boxes[k] for k in q.support]
             cases.append((torch.rand(6, 6, generator=g) ** 4, boxes, (48, 48)))
+    # by hand: the peak (cell (4, 1), centre (36, 12)) lies in the second of two boxes only
+    peak = torch.zeros(6, 6)
+    peak[4, 1] = 1.0
+    cases.append((peak, [(0, 0, 16, 16), (30, 6, 42, 18)], (48, 48)))
 
     def reference(weights: Tensor, boxes: list, image_size: tuple) -> bool:
         hits = alignment.region_hits(weights[None].expand(len(boxes), -1, -1), boxes, image_size)
