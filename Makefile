@@ -43,7 +43,7 @@ lab-solutions: venv
 
 lint: venv
 	$(BIN)/ruff check course_utils tests notebooks benchmarks conftest.py
-	$(BIN)/ruff format --check course_utils tests benchmarks conftest.py
+	$(BIN)/ruff format --check course_utils tests notebooks benchmarks conftest.py
 
 # pytest-xdist runs on every core (at most 4 workers); each notebook's cells run in order in
 # one worker, followed by its browser test (conftest.py). Each run trains into a fresh cache
