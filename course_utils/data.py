@@ -16,6 +16,7 @@ share a source sequence, whatever their sizes.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -273,8 +274,27 @@ def lengths_to_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
     return torch.arange(width, device=lengths.device)[None, :] < lengths[:, None]  # (B, width)
 
 
+class TensorBatch:
+    """The base of every batch dataclass in the course: :meth:`to` moves each tensor field to
+    a device and keeps the other fields (lists of words, ``None``) as they are.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Pair(TensorBatch):
+    ...     ids: torch.Tensor
+    ...     words: list
+    >>> Pair(torch.tensor([1, 2]), ["a", "b"]).to("meta").ids.device
+    device(type='meta')
+    """
+
+    def to(self, device: torch.device | str) -> TensorBatch:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
+        return type(self)(**moved)
+
+
 @dataclass
-class Batch:
+class Batch(TensorBatch):
     """A padded batch for an encoder-decoder.
 
     ``src`` (B, S) and ``src_len`` (B,): the source ids and true lengths.
@@ -286,9 +306,6 @@ class Batch:
     src_len: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(*(t.to(device) for t in (self.src, self.src_len, self.tgt_in, self.tgt_out)))
 
     @property
     def src_mask(self) -> torch.Tensor:

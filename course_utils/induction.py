@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from course_utils._validate import check_positive, check_tensor
 from course_utils.circuits import patch_heads
-from course_utils.data import split_of
+from course_utils.data import TensorBatch, split_of
 from course_utils.interpret import Attentions, offset_scores, stack_attentions
 from course_utils.toy_models import AttentionOnlyTransformer
 
@@ -48,15 +48,12 @@ SPLITS = ("train", "val", "test")
 # Data: a random segment, the same segment again, random filler
 # ---------------------------------------------------------------------------------------
 @dataclass
-class Repeats:
+class Repeats(TensorBatch):
     """Token ids ``(B, L)`` and each row's half length ``half (B,)``: in row ``b``, tokens
     ``half[b] .. 2 half[b] - 1`` repeat tokens ``0 .. half[b] - 1``; the rest is filler."""
 
     ids: torch.Tensor
     half: torch.Tensor
-
-    def to(self, device: torch.device | str) -> Repeats:
-        return Repeats(self.ids.to(device), self.half.to(device))
 
 
 def _check_half(half: object, batch: int, seq_len: int) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from course_utils._validate import check_ids, check_positive, check_tensor
+from course_utils.data import TensorBatch
 
 UNKNOWN = "\x00"  # stands for every character outside the vocabulary (shown as "?")
 CHARS = UNKNOWN + "\n" + "".join(chr(c) for c in range(32, 127))
@@ -108,14 +109,11 @@ def stdlib_text(folder: str | Path | None = None, val_every: int = 10) -> TextSp
 
 
 @dataclass
-class LMBatch:
+class LMBatch(TensorBatch):
     """Windows of text ``x (B, L)`` and the next character at every position ``y (B, L)``."""
 
     x: torch.Tensor
     y: torch.Tensor
-
-    def to(self, device: torch.device | str) -> LMBatch:
-        return LMBatch(self.x.to(device), self.y.to(device))
 
 
 def random_windows(

@@ -26,6 +26,7 @@ from torch import nn
 
 from course_utils._validate import CheckedEmbedding, check_positive
 from course_utils.attention import MultiHeadAttention
+from course_utils.data import TensorBatch
 from course_utils.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
 POSITIONS = ("learned", "sinusoidal", "none")
@@ -154,14 +155,11 @@ def first_and_previous_batch(
 
 
 @dataclass
-class ToyBatch:
+class ToyBatch(TensorBatch):
     """Ids ``(B, L)`` and targets ``(B, L, 2)`` (first, previous), as one movable batch."""
 
     ids: torch.Tensor
     targets: torch.Tensor
-
-    def to(self, device: torch.device | str) -> ToyBatch:
-        return ToyBatch(self.ids.to(device), self.targets.to(device))
 
 
 def first_and_previous_batches(

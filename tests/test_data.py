@@ -1,5 +1,6 @@
 """The seeded task generators, the vocabulary and batching."""
 
+import dataclasses
 import random
 import re
 import zlib
@@ -168,3 +169,24 @@ def test_split_by_hash_rejects_bad_input():
         data.split_by_hash([1, 2])
     with pytest.raises(ValueError, match="fractions must be three shares"):
         data.split_by_hash("a", (0.5, 0.5, 0.5))
+
+
+# --- one way to move a batch (issue 34) ---
+def test_every_batch_moves_its_tensors_and_keeps_the_rest():
+    from course_utils.apps import news
+
+    reports = news.make_reports(30, "train", seed=0)
+    vocab = news.news_vocab(reports, min_freq=1)
+    cases = [
+        data.make_batch([([4, 5], [5, 4]), ([6], [6])], data.letter_vocab(5)),
+        news.make_news_batch([news.encode(r, vocab) for r in reports[:2]], vocab),  # oovs: lists
+    ]
+    for batch in cases:
+        moved = batch.to("meta")
+        assert type(moved) is type(batch)
+        for field in dataclasses.fields(batch):
+            before, after = getattr(batch, field.name), getattr(moved, field.name)
+            if isinstance(before, torch.Tensor):
+                assert after.device.type == "meta" and after.shape == before.shape
+            else:
+                assert after is before  # lists of words stay where they are

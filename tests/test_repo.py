@@ -449,6 +449,17 @@ def test_one_home_for_the_hash_split():
     assert not homes, f"call data.split_by_hash instead of hashing here: {homes}"
 
 
+def test_one_home_for_moving_a_batch():
+    # every batch dataclass inherits data.TensorBatch.to; none writes its own
+    homes = [
+        f"{path.relative_to(ROOT)}:{i}"
+        for path in sorted((ROOT / "course_utils").rglob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s+def to\(self", line) and path.name != "data.py"
+    ]
+    assert not homes, f"derive the batch from data.TensorBatch instead: {homes}"
+
+
 def test_hand_rolled_positive_check_finder_catches_each_form():
     assert hand_rolled_positive_checks("if not isinstance(n, int) or n < 1:\n    raise") == [1]
     assert hand_rolled_positive_checks("x = 1\nif n <= 0 or not isinstance(n, int): pass") == [2]

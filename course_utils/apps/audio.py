@@ -25,7 +25,7 @@ import soundfile as sf
 import torch
 
 from course_utils._validate import check_positive, check_tensor
-from course_utils.data import SPLITS, Vocab, pad_sequences
+from course_utils.data import SPLITS, TensorBatch, Vocab, pad_sequences
 from course_utils.training import shuffled_batches
 
 RATE = 8000  # samples per second of every clip
@@ -158,7 +158,7 @@ def log_mel(
 # The data set: clips, transcripts, batches
 # ---------------------------------------------------------------------------------------
 @dataclass
-class SpeechBatch:
+class SpeechBatch(TensorBatch):
     """``feats`` (B, F, M), ``feat_len`` (B,), ``tgt_in`` / ``tgt_out`` (B, T) character ids
     (``<bos>`` + text, text + ``<eos>``)."""
 
@@ -166,9 +166,6 @@ class SpeechBatch:
     feat_len: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
-
-    def to(self, device: torch.device | str) -> SpeechBatch:
-        return SpeechBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
 @dataclass

@@ -19,7 +19,7 @@ from torch import nn
 
 from course_utils._validate import check_positive, check_tensor
 from course_utils.apps.vqa import QuestionEncoder
-from course_utils.data import pad_sequences
+from course_utils.data import TensorBatch, pad_sequences
 
 
 def clip_loss(images: torch.Tensor, texts: torch.Tensor, temperature: float = 0.07) -> torch.Tensor:
@@ -115,14 +115,11 @@ def retrieval_accuracy(images: torch.Tensor, texts: torch.Tensor, captions: list
 
 
 @dataclass
-class PairBatch:
+class PairBatch(TensorBatch):
     """``features`` (B, P, C) of B scenes and their ``captions`` (B, L) padded ids."""
 
     features: torch.Tensor
     captions: torch.Tensor
-
-    def to(self, device: torch.device | str) -> PairBatch:
-        return PairBatch(self.features.to(device), self.captions.to(device))
 
 
 def pair_batches(

@@ -26,6 +26,7 @@ from torch import nn
 from course_utils._validate import CheckedEmbedding, check_positive, check_qkv, check_tensor
 from course_utils.apps.stories import MAX_WORDS, StoryBatch, StoryData, make_stories, story_vocab
 from course_utils.attention import masked_softmax
+from course_utils.data import TensorBatch
 
 
 # ---------------------------------------------------------------------------------------
@@ -147,7 +148,7 @@ def _recall(read: torch.Tensor, values: torch.Tensor, pick: torch.Tensor) -> flo
 # Associative recall: pairs, then a key; answer its value
 # ---------------------------------------------------------------------------------------
 @dataclass
-class RecallBatch:
+class RecallBatch(TensorBatch):
     """``keys (B, P)`` and ``values (B, P)`` symbol ids, ``query (B,)`` one of the keys,
     ``answer (B,)`` its value, ``position (B,)`` the queried pair's index."""
 
@@ -156,14 +157,6 @@ class RecallBatch:
     query: torch.Tensor
     answer: torch.Tensor
     position: torch.Tensor
-
-    def to(self, device: torch.device | str) -> RecallBatch:
-        return RecallBatch(
-            *(
-                t.to(device)
-                for t in (self.keys, self.values, self.query, self.answer, self.position)
-            )
-        )
 
 
 def make_recall(

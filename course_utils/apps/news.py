@@ -40,7 +40,14 @@ import torch
 
 from course_utils._validate import check_positive
 from course_utils.apps.corpus import UnkVocab, tokenize
-from course_utils.data import SPECIALS, SPLITS, length_bucketed_chunks, pad_sequences, split_by_hash
+from course_utils.data import (
+    SPECIALS,
+    SPLITS,
+    TensorBatch,
+    length_bucketed_chunks,
+    pad_sequences,
+    split_by_hash,
+)
 
 # ---------------------------------------------------------------------------------------
 # Name pools: every name belongs to exactly one split
@@ -338,7 +345,7 @@ class NewsData:
 
 
 @dataclass
-class NewsBatch:
+class NewsBatch(TensorBatch):
     """A padded batch. ``src``/``src_ext`` (B, S), ``src_len`` (B,), ``tgt_in`` (B, T)
     (``<bos>`` + summary, unknown words as ``<unk>``: what the decoder reads), ``tgt_out``
     and ``tgt_out_ext`` (B, T) (summary + ``<eos>``, in the vocabulary and extended), and
@@ -351,10 +358,6 @@ class NewsBatch:
     tgt_out: torch.Tensor
     tgt_out_ext: torch.Tensor
     oovs: list[list[str]]
-
-    def to(self, device: torch.device | str) -> NewsBatch:
-        moved = [getattr(self, f) for f in ("src", "src_ext", "src_len", "tgt_in", "tgt_out")]
-        return NewsBatch(*(t.to(device) for t in moved), self.tgt_out_ext.to(device), self.oovs)
 
 
 def make_news_batch(examples: Sequence[Encoded], vocab: UnkVocab) -> NewsBatch:

@@ -40,7 +40,7 @@ import torch
 
 from course_utils._validate import check_positive
 from course_utils.apps.scenes import DIGIT_WORDS, Scene, make_scenes
-from course_utils.data import SPLITS, Vocab, pad_sequences
+from course_utils.data import SPLITS, TensorBatch, Vocab, pad_sequences
 
 TEMPLATES = ("left", "right", "exists", "count", "largest")
 RELATIONAL = ("left", "right")
@@ -166,7 +166,7 @@ def ask(scene: Scene, rng: np.random.Generator, n: int = 1) -> list[Question]:
 # Questions as model input: (scene, question) pairs, batches
 # ---------------------------------------------------------------------------------------
 @dataclass
-class VQABatch:
+class VQABatch(TensorBatch):
     """``images`` (B, 1, H, W); ``questions`` (B, L) word ids padded with ``<pad>``;
     ``answers`` (B,) indices into :data:`ANSWERS`; ``features`` (B, P, C) the images' CNN
     features when the data holds them (:meth:`VQAData.encode`), else None."""
@@ -175,10 +175,6 @@ class VQABatch:
     questions: torch.Tensor
     answers: torch.Tensor
     features: torch.Tensor | None = None
-
-    def to(self, device: torch.device | str) -> VQABatch:
-        moved = [None if t is None else t.to(device) for t in self.__dict__.values()]
-        return VQABatch(*moved)
 
 
 class VQAData:

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from course_utils._validate import CheckedEmbedding, check_positive, check_tensor
-from course_utils.data import Vocab, split_by_hash
+from course_utils.data import TensorBatch, Vocab, split_by_hash
 from course_utils.training import shuffled_batches
 from course_utils.transformer import EncoderLayer
 
@@ -115,15 +115,12 @@ class RationaleData:
 
 
 @dataclass
-class RationaleBatch:
+class RationaleBatch(TensorBatch):
     """``ids (B, L)``, ``mask (B, L)``, ``labels (B,)``; ``.to(device)`` for :func:`fit`."""
 
     ids: torch.Tensor
     mask: torch.Tensor
     labels: torch.Tensor
-
-    def to(self, device: torch.device | str) -> RationaleBatch:
-        return RationaleBatch(self.ids.to(device), self.mask.to(device), self.labels.to(device))
 
 
 def encode(examples: list[Example], vocab: Vocab | None = None) -> RationaleData:

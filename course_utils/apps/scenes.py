@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils._validate import check_positive
-from course_utils.data import SPLITS, Vocab, pad_sequences, split_by_hash
+from course_utils.data import SPLITS, TensorBatch, Vocab, pad_sequences, split_by_hash
 
 DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 RELATION_WORDS = ["left", "of", "above", "below"]
@@ -233,16 +233,13 @@ def caption_vocab() -> Vocab:
 
 
 @dataclass
-class CaptionBatch:
+class CaptionBatch(TensorBatch):
     """``images`` (B, 1, H, W); ``tgt_in`` (B, T) = ``<bos> w1 .. wn``; ``tgt_out`` (B, T) =
     ``w1 .. wn <eos>``, both padded with ``<pad>``."""
 
     images: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
-
-    def to(self, device: torch.device | str) -> CaptionBatch:
-        return CaptionBatch(*(t.to(device) for t in (self.images, self.tgt_in, self.tgt_out)))
 
 
 class CaptionData:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from course_utils._validate import check_positive
-from course_utils.data import Vocab, split_by_hash
+from course_utils.data import TensorBatch, Vocab, split_by_hash
 from course_utils.training import shuffled_batches
 
 PEOPLE = ["mary", "john", "sandra", "daniel"]
@@ -171,7 +171,7 @@ def story_vocab() -> Vocab:
 
 
 @dataclass
-class StoryBatch:
+class StoryBatch(TensorBatch):
     """Stories as ids: ``story (B, M, W)`` (padded sentences and words), ``story_mask (B, M)``
     True at real sentences, ``query (B, W)``, ``answer (B,)``."""
 
@@ -179,11 +179,6 @@ class StoryBatch:
     story_mask: torch.Tensor
     query: torch.Tensor
     answer: torch.Tensor
-
-    def to(self, device: torch.device | str) -> StoryBatch:
-        return StoryBatch(
-            *(t.to(device) for t in (self.story, self.story_mask, self.query, self.answer))
-        )
 
 
 class StoryData:
