@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 
 import torch
@@ -146,6 +146,10 @@ class SequencePairs:
 
     def __getitem__(self, i: int) -> tuple[list[int], list[int]]:
         return self.src[i], self.tgt[i]
+
+    def batch(self, rows: list[int]) -> Batch:
+        """The examples ``rows`` as one padded :class:`Batch`."""
+        return make_batch([self[i] for i in rows], self.vocab)
 
     def lengths(self) -> torch.Tensor:
         return torch.tensor([len(s) for s in self.src])
@@ -276,16 +280,7 @@ def lengths_to_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
 
 class TensorBatch:
     """The base of every batch dataclass in the course: :meth:`to` moves each tensor field to
-    a device and keeps the other fields (lists of words, ``None``) as they are.
-
-    >>> from dataclasses import dataclass
-    >>> @dataclass
-    ... class Pair(TensorBatch):
-    ...     ids: torch.Tensor
-    ...     words: list
-    >>> Pair(torch.tensor([1, 2]), ["a", "b"]).to("meta").ids.device
-    device(type='meta')
-    """
+    a device and keeps the other fields (lists of words, ``None``) as they are."""
 
     def to(self, device: torch.device | str) -> TensorBatch:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
@@ -338,12 +333,43 @@ def batches(
         yield make_batch([data[i] for i in order[start : start + batch_size]], data.vocab)
 
 
-def infinite_batches(data: SequencePairs, batch_size: int, seed: int = 0) -> Iterator[Batch]:
-    """Shuffled batches forever, a new seeded order each epoch (for step-based training)."""
-    epoch = 0
+def shuffled_batches(
+    data: Sized,
+    batch_size: int,
+    seed: int = 0,
+    drop_last: bool = True,
+    reseed_each_epoch: bool = False,
+) -> Iterator:
+    """``data.batch(rows)`` for shuffled rows, forever: every data set with ``len`` and a
+    ``batch(rows)`` method draws its training batches here; ``drop_last`` drops an epoch's
+    last incomplete batch. One generator seeded with ``seed`` draws every epoch's order, or
+    (``reseed_each_epoch``) each epoch seeds its own with ``seed * 100_003 + epoch``: both
+    kept, so every notebook draws the batches it always drew.
+
+    >>> class Rows(list):
+    ...     def batch(self, rows):
+    ...         return [self[i] for i in rows]
+    >>> batches = shuffled_batches(Rows("abcde"), 2, seed=0)
+    >>> [sorted(next(batches)) for _ in range(3)]  # 2 batches an epoch, 1 row left over
+    [['a', 'e'], ['b', 'd'], ['d', 'e']]
+    """
+    check_positive("batch_size", batch_size)
+    if not callable(getattr(data, "batch", None)):
+        raise TypeError(f"data must have a batch(rows) method, got {type(data).__name__}")
+    g, epoch = torch.Generator().manual_seed(seed), 0
     while True:
-        yield from batches(data, batch_size, shuffle=True, seed=seed * 100_003 + epoch)
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch) if reseed_each_epoch else g
+        order = torch.randperm(len(data), generator=g).tolist()
+        stop = len(order) - batch_size + 1 if drop_last else len(order)
+        for start in range(0, stop, batch_size):
+            yield data.batch(order[start : start + batch_size])
         epoch += 1
+
+
+def infinite_batches(data: SequencePairs, batch_size: int, seed: int = 0) -> Iterator[Batch]:
+    """Shuffled :class:`Batch` objects forever, a new seeded order each epoch, the last
+    incomplete batch kept (:func:`shuffled_batches`)."""
+    return shuffled_batches(data, batch_size, seed, drop_last=False, reseed_each_epoch=True)
 
 
 # ---------------------------------------------------------------------------------------

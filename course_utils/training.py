@@ -3,7 +3,8 @@
 The loop is deliberately a single function you can read top to bottom: draw a batch, compute
 the loss, step the optimiser, and every ``eval_every`` steps evaluate with ``model.eval()``
 under ``torch.no_grad()``. It records everything in a history dict of lists.
-:func:`shuffled_batches` feeds it from any dataset with a ``batch(rows)`` method.
+:func:`course_utils.data.shuffled_batches` feeds it from any dataset with a ``batch(rows)``
+method.
 
 :func:`train_or_load` wraps any training code with a cache: a notebook rerun after a kernel
 restart loads its trained weights in seconds instead of training again, and ``make test``
@@ -26,7 +27,7 @@ import sys
 import time
 import types
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,29 +60,6 @@ def get_device(prefer: str | None = None) -> torch.device:
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def shuffled_batches(data: Sized, batch_size: int, seed: int = 0) -> Iterator:
-    """``data.batch(rows)`` for shuffled rows, forever, for step-based training: one generator
-    seeded with ``seed`` draws a new order each epoch, and an epoch's last incomplete batch is
-    dropped. ``data`` is any dataset with ``len`` and a ``batch(rows: list[int])`` method
-    (the stories of notebook 14, the spoken digits of notebook 10, the sentences of 16).
-
-    >>> class Rows(list):
-    ...     def batch(self, rows):
-    ...         return [self[i] for i in rows]
-    >>> batches = shuffled_batches(Rows("abcde"), 2, seed=0)
-    >>> [sorted(next(batches)) for _ in range(3)]  # 2 batches an epoch, 1 row left over
-    [['a', 'e'], ['b', 'd'], ['d', 'e']]
-    """
-    check_positive("batch_size", batch_size)
-    if not callable(getattr(data, "batch", None)):
-        raise TypeError(f"data must have a batch(rows) method, got {type(data).__name__}")
-    g = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(len(data), generator=g).tolist()
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield data.batch(order[start : start + batch_size])
 
 
 def fit(

@@ -190,3 +190,45 @@ def test_every_batch_moves_its_tensors_and_keeps_the_rest():
                 assert after.device.type == "meta" and after.shape == before.shape
             else:
                 assert after is before  # lists of words stay where they are
+
+
+# --- one home for shuffled batches, every caller drawing what it drew before (issue 34) ---
+def _reseeded_orders(n, batch_size, seed, drop_last, epochs=3):
+    """The rows each epoch-reseeded iterator used to draw (seed * 100_003 + epoch)."""
+    for epoch in range(epochs):
+        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        order = torch.randperm(n, generator=g).tolist()
+        stop = n - batch_size + 1 if drop_last else n
+        yield from (order[s : s + batch_size] for s in range(0, stop, batch_size))
+
+
+def _one_stream_orders(n, batch_size, seed, epochs=3):
+    """The rows training.shuffled_batches used to draw: one generator, last batch dropped."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=g).tolist()
+        yield from (order[s : s + batch_size] for s in range(0, n - batch_size + 1, batch_size))
+
+
+class _Rows(list):
+    def batch(self, rows):
+        return list(rows)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_shuffled_batches_draw_what_each_old_iterator_drew(seed):
+    rows = _Rows(range(11))
+    for drop_last in (True, False):
+        stream = data.shuffled_batches(rows, 4, seed, drop_last, reseed_each_epoch=True)
+        expected = list(_reseeded_orders(11, 4, seed, drop_last))
+        assert [next(stream) for _ in expected] == expected
+    stream = data.shuffled_batches(rows, 4, seed)
+    expected = list(_one_stream_orders(11, 4, seed))
+    assert [next(stream) for _ in expected] == expected
+    # infinite_batches: the reseeded scheme over a task's pairs, the last batch kept
+    pairs = data.make_split("reverse", "train", n=13, lengths=[3, 4], seed=seed)
+    stream = data.infinite_batches(pairs, 5, seed=seed)
+    for chosen in _reseeded_orders(13, 5, seed, drop_last=False):
+        expected = data.make_batch([pairs[i] for i in chosen], pairs.vocab)
+        got = next(stream)
+        assert torch.equal(got.src, expected.src) and torch.equal(got.tgt_out, expected.tgt_out)

@@ -460,6 +460,36 @@ def test_one_home_for_moving_a_batch():
     assert not homes, f"derive the batch from data.TensorBatch instead: {homes}"
 
 
+def endless_shuffles(source: str) -> list[str]:
+    """Functions in ``source`` that loop forever over random orders (``while True`` around a
+    ``randperm``): a training-batch iterator of their own."""
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        forever = any(
+            isinstance(n, ast.While) and isinstance(n.test, ast.Constant) and n.test.value is True
+            for n in ast.walk(fn)
+        )
+        shuffles = any(isinstance(n, ast.Attribute) and n.attr == "randperm" for n in ast.walk(fn))
+        if forever and shuffles:
+            found.append(fn.name)
+    return found
+
+
+def test_one_home_for_shuffled_training_batches():
+    homes = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sorted((ROOT / "course_utils").rglob("*.py"))
+        if path.name != "data.py"
+        for name in endless_shuffles(path.read_text())
+    ]
+    assert not homes, f"use data.shuffled_batches instead: {homes}"
+    sample = "def f(n):\n    while True:\n        yield torch.randperm(n)\n"
+    assert endless_shuffles(sample) == ["f"]
+    assert endless_shuffles("def g(n):\n    return torch.randperm(n)\n") == []
+
+
 def test_hand_rolled_positive_check_finder_catches_each_form():
     assert hand_rolled_positive_checks("if not isinstance(n, int) or n < 1:\n    raise") == [1]
     assert hand_rolled_positive_checks("x = 1\nif n <= 0 or not isinstance(n, int): pass") == [2]

@@ -25,8 +25,7 @@ import soundfile as sf
 import torch
 
 from course_utils._validate import check_positive, check_tensor
-from course_utils.data import SPLITS, TensorBatch, Vocab, pad_sequences
-from course_utils.training import shuffled_batches
+from course_utils.data import SPLITS, TensorBatch, Vocab, pad_sequences, shuffled_batches
 
 RATE = 8000  # samples per second of every clip
 FRAME, HOP, N_FFT, N_MELS = 200, 80, 256, 40  # 25 ms frames every 10 ms, 40 mel channels
@@ -216,7 +215,7 @@ class SpeechData:
 
     def batches(self, batch_size: int, seed: int = 0):  # noqa: ANN201 (an endless iterator)
         """Random batches forever, reshuffled each epoch by a generator seeded with ``seed``
-        (:func:`~course_utils.training.shuffled_batches`)."""
+        (:func:`~course_utils.data.shuffled_batches`)."""
         return shuffled_batches(self, batch_size, seed)
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from course_utils._validate import check_positive, check_tensor
 from course_utils.apps.vqa import QuestionEncoder
-from course_utils.data import TensorBatch, pad_sequences
+from course_utils.data import TensorBatch, pad_sequences, shuffled_batches
 
 
 def clip_loss(images: torch.Tensor, texts: torch.Tensor, temperature: float = 0.07) -> torch.Tensor:
@@ -135,11 +135,9 @@ def pair_batches(
             f"need one caption per scene and batch_size <= scenes, got {len(captions)} "
             f"captions, {len(features)} scenes and batch_size {batch_size}"
         )
-    epoch = 0
-    while True:
-        g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        order = torch.randperm(len(captions), generator=g).tolist()
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            chosen = order[start : start + batch_size]
-            yield PairBatch(features[chosen], pad_sequences([captions[i] for i in chosen], pad_id))
-        epoch += 1
+
+    class Pairs(list):  # the captions, with the scenes' features to batch them with
+        def batch(self, rows: list[int]) -> PairBatch:
+            return PairBatch(features[rows], pad_sequences([self[i] for i in rows], pad_id))
+
+    return shuffled_batches(Pairs(captions), batch_size, seed, reseed_each_epoch=True)

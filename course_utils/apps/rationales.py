@@ -26,8 +26,7 @@ import torch
 from torch import nn
 
 from course_utils._validate import CheckedEmbedding, check_positive, check_tensor
-from course_utils.data import TensorBatch, Vocab, split_by_hash
-from course_utils.training import shuffled_batches
+from course_utils.data import TensorBatch, Vocab, shuffled_batches, split_by_hash
 from course_utils.transformer import EncoderLayer
 
 DIGITS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -264,7 +263,7 @@ def build_model(attention: bool = True, **sizes) -> RationaleClassifier:
 
 
 def batches(data: RationaleData, batch_size: int = 64, seed: int = 0) -> Iterator[RationaleBatch]:
-    """Shuffled batches forever, for :func:`fit` (:func:`~course_utils.training.shuffled_batches`)."""
+    """Shuffled batches forever, for :func:`fit` (:func:`~course_utils.data.shuffled_batches`)."""
     return shuffled_batches(data, batch_size, seed)
 
 

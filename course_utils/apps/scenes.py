@@ -38,7 +38,14 @@ import torch
 import torch.nn.functional as F
 
 from course_utils._validate import check_positive
-from course_utils.data import SPLITS, TensorBatch, Vocab, pad_sequences, split_by_hash
+from course_utils.data import (
+    SPLITS,
+    TensorBatch,
+    Vocab,
+    pad_sequences,
+    shuffled_batches,
+    split_by_hash,
+)
 
 DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 RELATION_WORDS = ["left", "of", "above", "below"]
@@ -270,16 +277,9 @@ class CaptionData:
 
 
 def caption_batches(data: CaptionData, batch_size: int, seed: int = 0) -> Iterator[CaptionBatch]:
-    """Shuffled batches forever, a new seeded order each epoch (for step-based training)."""
-    check_positive("batch_size", batch_size)
-    epoch = 0
-    while True:
-        order = torch.randperm(
-            len(data), generator=torch.Generator().manual_seed(seed * 100_003 + epoch)
-        )
-        for start in range(0, len(data), batch_size):
-            yield data.batch(order[start : start + batch_size].tolist())
-        epoch += 1
+    """Shuffled batches forever, a new seeded order each epoch, the last incomplete batch kept
+    (:func:`~course_utils.data.shuffled_batches`)."""
+    return shuffled_batches(data, batch_size, seed, drop_last=False, reseed_each_epoch=True)
 
 
 # ---------------------------------------------------------------------------------------

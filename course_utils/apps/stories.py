@@ -37,8 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from course_utils._validate import check_positive
-from course_utils.data import TensorBatch, Vocab, split_by_hash
-from course_utils.training import shuffled_batches
+from course_utils.data import TensorBatch, Vocab, shuffled_batches, split_by_hash
 
 PEOPLE = ["mary", "john", "sandra", "daniel"]
 ROOMS = ["kitchen", "garden", "office", "bedroom", "hallway", "bathroom"]
@@ -213,5 +212,5 @@ class StoryData:
 
 
 def story_batches(data: StoryData, batch_size: int, seed: int = 0) -> Iterator[StoryBatch]:
-    """Shuffled batches forever, the order fixed by ``seed`` (:func:`~course_utils.training.shuffled_batches`)."""
+    """Shuffled batches forever, the order fixed by ``seed`` (:func:`~course_utils.data.shuffled_batches`)."""
     return shuffled_batches(data, batch_size, seed)
