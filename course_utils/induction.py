@@ -29,17 +29,18 @@ tokens, ``H`` heads, ``V`` vocabulary, ``E`` the model width); ``num_layers`` co
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from course_utils._validate import check_positive, check_tensor
 from course_utils.circuits import patch_heads
 from course_utils.data import TensorBatch, split_of
 from course_utils.interpret import Attentions, offset_scores, stack_attentions
 from course_utils.toy_models import AttentionOnlyTransformer
+from course_utils.training import fit
 
 SPLITS = ("train", "val", "test")
 
@@ -266,7 +267,8 @@ def train_induction(
     eval_size: int = 256,
     progress: bool = True,
 ) -> dict[str, list[float]]:
-    """Train ``model`` on :func:`repeated_sequences` (next token at every position, Adam).
+    """Train ``model`` on :func:`repeated_sequences` (next token at every position, Adam,
+    no clipping) with :func:`course_utils.training.fit`.
 
     Every ``eval_every`` steps (and at step 0) it evaluates on ``eval_size`` rows of the
     "test" split (:func:`evaluate_induction`). Returns the history: ``step``,
@@ -279,37 +281,33 @@ def train_induction(
         check_positive(name, value)
     check_positive("eval_size", eval_size)
     V, L = model.config.vocab_size, model.config.max_len
-    device = next(model.parameters()).device
     train_stream = torch.Generator().manual_seed(seed)
     test = repeated_sequences(
         eval_size, L, V, min_half, "test", torch.Generator().manual_seed(seed)
     )
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    history: dict[str, list[float]] = {"step": [], "train_loss": []}
-    running: list[float] = []
 
-    def record(step: int) -> None:
-        history["step"].append(step)
-        history["train_loss"].append(sum(running) / len(running) if running else float("nan"))
-        for key, value in evaluate_induction(model, test).items():
-            history.setdefault(key, []).append(value)
-        running.clear()
+    def rows() -> Iterator[Repeats]:  # fresh training rows at every step, from one stream
+        while True:
+            yield repeated_sequences(batch_size, L, V, min_half, "train", train_stream)
 
-    record(0)
-    model.train()
-    for step in tqdm(range(1, steps + 1), desc="induction", disable=not progress, leave=False):
-        batch = repeated_sequences(batch_size, L, V, min_half, "train", train_stream).to(device)
+    def next_token_loss(model: AttentionOnlyTransformer, batch: Repeats) -> torch.Tensor:
         logits, _ = model(batch.ids)  # (B, L, V)
         # (B * (L - 1), V) against (B * (L - 1),): every next token, filler included
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, V), batch.ids[:, 1:].reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        running.append(loss.item())
-        if step % eval_every == 0 or step == steps:
-            record(step)
-    model.eval()
-    return history
+        return F.cross_entropy(logits[:, :-1].reshape(-1, V), batch.ids[:, 1:].reshape(-1))
+
+    return fit(
+        model,
+        rows(),
+        next_token_loss,
+        steps,
+        lr=lr,
+        eval_fn=lambda m: evaluate_induction(m, test),
+        eval_every=eval_every,
+        clip_grad=None,
+        desc="induction",
+        progress=progress,
+        eval_at_start=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ def fit(
     desc: str = "training",
     progress: bool = True,
     lr_schedule: Callable[[int], float] | None = None,
+    eval_at_start: bool = False,
 ) -> dict[str, list[float]]:
     """Train ``model`` for ``steps`` optimiser steps and return its history.
 
@@ -88,7 +89,8 @@ def fit(
     ``steps``), e.g. ``lambda step: 1 - (step - 1) / steps`` decays it linearly towards 0.
 
     The history has ``step`` and ``train_loss`` (mean over the steps since the last
-    evaluation) plus one list per metric that ``eval_fn`` returns.
+    evaluation) plus one list per metric that ``eval_fn`` returns; ``eval_at_start`` records
+    step 0 too (``train_loss`` NaN), before any training. ``clip_grad=None`` turns clipping off.
     """
     check_positive("steps", steps)
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -97,6 +99,19 @@ def fit(
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     history: dict[str, list[float]] = {"step": [], "train_loss": []}
     running, count = 0.0, 0
+
+    def record(step: int, train_loss: float) -> None:
+        history["step"].append(step)
+        history["train_loss"].append(train_loss)
+        if eval_fn is not None:
+            model.eval()
+            with torch.no_grad():
+                metrics = eval_fn(model)
+            for name, value in metrics.items():
+                history.setdefault(name, []).append(float(value))
+
+    if eval_at_start:
+        record(0, float("nan"))
 
     bar = tqdm(range(1, steps + 1), desc=desc, disable=not progress, leave=False)
     for step in bar:
@@ -114,15 +129,8 @@ def fit(
         running, count = running + loss.item(), count + 1
 
         if step % eval_every == 0 or step == steps:
-            history["step"].append(step)
-            history["train_loss"].append(running / count)
+            record(step, running / count)
             running, count = 0.0, 0
-            if eval_fn is not None:
-                model.eval()
-                with torch.no_grad():
-                    metrics = eval_fn(model)
-                for name, value in metrics.items():
-                    history.setdefault(name, []).append(float(value))
             bar.set_postfix(loss=f"{history['train_loss'][-1]:.3f}")
     model.eval()
     return history

@@ -258,3 +258,35 @@ def test_fit_lr_schedule_scales_the_learning_rate_of_each_step():
         model, stream(0), mse, steps=4, optimizer=optimizer, lr_schedule=schedule, progress=False
     )
     assert seen == pytest.approx([0.1, 0.075, 0.05, 0.025])
+
+
+def test_fit_can_evaluate_before_the_first_step_and_train_without_clipping():
+    training.set_seed(0)
+    model = torch.nn.Linear(1, 1)
+    start = model.weight.item()
+    seen = []
+    history = training.fit(
+        model,
+        stream(2),
+        mse,
+        steps=30,
+        lr=0.05,
+        eval_fn=lambda m: seen.append(m.weight.item()) or {"weight": m.weight.item()},
+        eval_every=10,
+        clip_grad=None,
+        eval_at_start=True,
+        progress=False,
+    )
+    assert history["step"] == [0, 10, 20, 30]
+    assert history["weight"][0] == start and seen[0] == start  # step 0: before any training
+    assert history["train_loss"][0] != history["train_loss"][0]  # NaN: no step taken yet
+    # without clipping, the first step is Adam's on the raw gradient: the same as by hand
+    training.set_seed(0)
+    by_hand, by_fit = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    by_fit.load_state_dict(by_hand.state_dict())
+    batch = next(stream(5))
+    optimizer = torch.optim.Adam(by_hand.parameters(), lr=0.5)
+    mse(by_hand, batch).backward()
+    optimizer.step()
+    training.fit(by_fit, iter([batch]), mse, 1, lr=0.5, clip_grad=None, progress=False)
+    assert torch.equal(by_hand.weight, by_fit.weight)
