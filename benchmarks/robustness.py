@@ -2,7 +2,7 @@
 
 Each notebook that trains has a cell tagged ``parameters`` (papermill's convention) holding
 ``SEED`` and ``THREADS``, and asserts its learning targets through
-``course_utils.targets.target``, which appends each figure to the file named by
+``course_utils.claims.target``, which appends each figure to the file named by
 ``COURSE_TARGETS_FILE``. This script runs every (notebook, seed, threads) combination with
 papermill, each with its own targets file and an empty cache of trained weights (so every
 run trains for real), and prints, per target, its threshold and the min / median / max over
@@ -55,10 +55,10 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.targets import OPERATORS, RESULTS_DIR, read_targets, rule_limit
+from course_utils.claims import OPERATORS, RESULTS_DIR, read_targets, rule_limit
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS_ENV = "COURSE_TARGETS_FILE"  # read by course_utils.targets
+TARGETS_ENV = "COURSE_TARGETS_FILE"  # read by course_utils.claims
 CACHE_ENV = "COURSE_CACHE_DIR"  # read by course_utils.training
 SLOTS_DIR = Path(tempfile.gettempdir()) / "course-robustness-slots"
 

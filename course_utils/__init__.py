@@ -65,7 +65,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | vocabularies, sequence tasks, hash splits, batches, padding masks    | data                | 01, 03, 06, 07, 15       |
 | the base of every model config: sizes and ids from the vocabularies  | config              | -                        |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook           |
-| a notebook's asserted learning targets, recorded runs, the rule      | targets             | 01,03-10,13-18           |
+| a notebook's asserted learning targets, recorded runs, the rule      | claims              | 01,03-10,13-18           |
 | running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                        |
 | greedy and beam search for every model (the start / step protocol)   | decoding            | 01, 03, 06, 07, 09, 10   |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-10            |
@@ -85,7 +85,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | deletion curves, Jensen-Shannon, permuted and adversarial attention  | faithfulness        | 16                       |
 | induction heads: repeated data, prefix matching, OV copying, paths   | induction           | 18                       |
 | all-MiniLM-L6-v2 run by the course's own encoder                     | pretrained          | 11, 16, 18               |
-| a fixed character vocabulary, the stdlib's source as text, bigrams   | text                | 17                       |
+| a fixed character vocabulary, the stdlib's source as text, bigrams   | stdlib_text         | 17                       |
 | decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                       |
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                       |
 | every matplotlib figure: heatmaps, views, curves, image overlays     | plotting            | all but 05, 10, 13, 17   |

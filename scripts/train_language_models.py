@@ -7,7 +7,7 @@
 
 Eight models of the same shape (2 layers, d_model 128, 4 query heads, d_ff 384) are trained
 on the same budget (the same steps, batches and learning-rate schedule) on windows of 128
-characters of the Python standard library's source (``course_utils.text.stdlib_text``):
+characters of the Python standard library's source (``course_utils.stdlib_text.stdlib_text``):
 
 - ``rope``, ``rope-kv2``, ``rope-kv1``: rotary positions with 4, 2 and 1 key/value heads
   (multi-head, grouped-query and multi-query attention);
@@ -47,7 +47,7 @@ from course_utils.language_model import (  # noqa: E402
     loss_per_position,
     save_lm,
 )
-from course_utils.text import CharVocab, evenly_spaced_windows, random_windows, stdlib_text  # noqa: E402
+from course_utils.stdlib_text import CharVocab, evenly_spaced_windows, random_windows, stdlib_text  # noqa: E402
 
 MODELS = {
     "rope": dict(position="rope", num_kv_heads=4),

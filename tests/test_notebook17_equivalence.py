@@ -25,7 +25,7 @@ from course_utils import measure, sampling
 from course_utils.attention import causal_mask, scaled_dot_product_attention
 from course_utils.exercises import nb17
 from course_utils.positional import apply_rotary
-from course_utils.text import LMBatch
+from course_utils.stdlib_text import LMBatch
 from course_utils.training import fit
 from course_utils.transformer import FeedForward
 

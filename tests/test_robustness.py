@@ -21,7 +21,7 @@ def write_notebook(path: Path, with_parameters: bool = True) -> Path:
         parameters.metadata["tags"] = ["parameters"]
     body = nbformat.v4.new_code_cell(
         "import torch\n"
-        "from course_utils.targets import target\n"
+        "from course_utils.claims import target\n"
         "torch.set_num_threads(THREADS)\n"
         "assert target('seed plus one', SEED + 1, '>=', 1)\n"
         "assert target('threads', torch.get_num_threads(), '<=', 1)\n"
@@ -113,7 +113,7 @@ def test_a_run_that_hangs_is_killed_and_tried_once_more(tmp_path, capsys):
     parameters.metadata["tags"] = ["parameters"]
     body = nbformat.v4.new_code_cell(
         "import pathlib, time\n"
-        "from course_utils.targets import target\n"
+        "from course_utils.claims import target\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "if not marker.exists():\n"
         "    marker.touch()\n"
@@ -161,7 +161,7 @@ def test_each_machine_runs_other_kernels_and_native_ignores_the_callers_caps(tmp
     parameters.metadata["tags"] = ["parameters"]
     body = nbformat.v4.new_code_cell(
         "import os, torch\n"
-        "from course_utils.targets import target\n"
+        "from course_utils.claims import target\n"
         "capability = torch.backends.cpu.get_cpu_capability()\n"
         "target('default kernels', int(capability == 'DEFAULT'), '>=', 0)\n"
         "target('avx2 kernels', int(capability == 'AVX2'), '>=', 0)\n"
@@ -208,7 +208,7 @@ def test_record_keeps_run_order_and_marks_values_a_failed_run_never_reached(tmp_
 
 def audit_case(tmp_path, calls: str, targets: dict, runs: int = 3, errors=()):
     """A notebook 96 with the given target calls, and a results file with the given targets."""
-    cell = nbformat.v4.new_code_cell("from course_utils.targets import target\n" + calls)
+    cell = nbformat.v4.new_code_cell("from course_utils.claims import target\n" + calls)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# tiny"), cell])
     (tmp_path / "notebooks").mkdir(exist_ok=True)
     path = tmp_path / "notebooks" / "96_tiny.ipynb"

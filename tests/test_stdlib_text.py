@@ -1,4 +1,4 @@
-"""course_utils.text: the fixed character vocabulary, the standard-library text, the bigram baseline."""
+"""course_utils.stdlib_text: the fixed character vocabulary, the standard-library text, the bigram baseline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from course_utils.text import (
+from course_utils.stdlib_text import (
     CharVocab,
     bigram_log_probs,
     bigram_loss,

@@ -1,4 +1,6 @@
-"""A notebook's learning targets: print each figure with its threshold, and keep a record.
+"""A notebook's claims, asserted as learning targets: print each figure with its threshold,
+and keep a record. (The module is named for what it holds, claims a notebook makes and
+asserts, not for a model's targets, its labels.)
 
 A notebook asserts what it teaches in a visible cell::
 
