@@ -128,6 +128,18 @@ def check_bool_mask(name: str, mask: object, meaning: str = "True = may attend")
         )
 
 
+def check_token_mask(name: str, mask: object, shape: tuple[int, int]) -> None:
+    """A ``(B, L)`` mask of the real tokens: boolean, or integers 0 and 1 as tokenizers give."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a (B, L) = {shape} tensor, got {type(mask).__name__}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must be (B, L) = {tuple(shape)}, got {tuple(mask.shape)}")
+    if mask.dtype != torch.bool and (
+        mask.is_floating_point() or bool(((mask != 0) & (mask != 1)).any())
+    ):
+        raise TypeError(f"{name} must be boolean or hold 0 and 1 only, got dtype {mask.dtype}")
+
+
 # ---------------------------------------------------------------------------------------
 # Attention's inputs: queries, keys and masks (course_utils.attention and its score modules)
 # ---------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from course_utils._validate import CheckedEmbedding, check_ids
+from course_utils._validate import CheckedEmbedding, check_bool_mask, check_ids
 from course_utils.attention import AdditiveScore, attend, masked_softmax
 from course_utils.data import lengths_to_mask
 from course_utils.seq2seq import GRUEncoderDecoder, Seq2SeqConfig
@@ -62,11 +62,7 @@ def _check_encoder_side(
             raise ValueError(
                 f"{name} must have {dims} dims with batch size {B}, got {tuple(x.shape)}"
             )
-    if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool:
-        raise TypeError(
-            f"src_mask must be a boolean tensor (True = real token), got "
-            f"{getattr(src_mask, 'dtype', type(src_mask).__name__)}"
-        )
+    check_bool_mask("src_mask", src_mask, "True = real token")
     if src_mask.shape != enc_states.shape[:2]:
         raise ValueError(
             f"src_mask must have shape (B, S) = {tuple(enc_states.shape[:2])} to match "

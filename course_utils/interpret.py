@@ -35,19 +35,10 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from course_utils._validate import check_positive, check_tensor
+from course_utils._validate import check_positive, check_tensor, check_token_mask
 
 # Attention weights of every layer: one (B, H, L, L) tensor per layer, or them stacked
 Attentions = Sequence[torch.Tensor] | torch.Tensor
-
-
-def _check_mask(name: str, mask: object, A: torch.Tensor) -> None:
-    """``mask`` must be a ``(B, L)`` tensor for attentions ``A (num_layers, B, H, L, L)``."""
-    expected = (A.shape[1], A.shape[-1])
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a (B, L) = {expected} tensor, got {type(mask).__name__}")
-    if tuple(mask.shape) != expected:
-        raise ValueError(f"{name} must be (B, L) = {expected}, got {tuple(mask.shape)}")
 
 
 def stack_attentions(attentions: Attentions) -> torch.Tensor:
@@ -91,7 +82,7 @@ def offset_scores(
         raise ValueError(f"offset must be a nonzero int with |offset| < L = {L}, got {offset!r}")
     if attention_mask is None:
         attention_mask = torch.ones(A.shape[1], L, dtype=torch.bool)
-    _check_mask("attention_mask", attention_mask, A)
+    check_token_mask("attention_mask", attention_mask, (A.shape[1], A.shape[-1]))
     real = attention_mask.to(A.device).bool()
     # weights from i to i + offset: a diagonal of each (L, L) matrix
     diag = A.diagonal(offset=offset, dim1=-2, dim2=-1)  # (num_layers, B, H, L - |offset|)
@@ -116,9 +107,9 @@ def attention_to_scores(
     tensor([[0.2500]])
     """
     A = stack_attentions(attentions)  # (num_layers, B, H, L, L)
-    _check_mask("key_mask", key_mask, A)
+    check_token_mask("key_mask", key_mask, (A.shape[1], A.shape[-1]))
     if attention_mask is not None:
-        _check_mask("attention_mask", attention_mask, A)
+        check_token_mask("attention_mask", attention_mask, (A.shape[1], A.shape[-1]))
     to_keys = (A * key_mask.to(A)[None, :, None, None, :]).sum(-1)  # (num_layers, B, H, L)
     real = torch.ones_like(key_mask) if attention_mask is None else attention_mask
     q = real.to(A)[None, :, None, :]  # (1, B, 1, L)
@@ -205,7 +196,7 @@ def attention_flow(
     N, B, L = A.shape[0], A.shape[1], A.shape[-1]
     if attention_mask is None:
         attention_mask = torch.ones(B, L, dtype=torch.bool)
-    _check_mask("attention_mask", attention_mask, A)
+    check_token_mask("attention_mask", attention_mask, (A.shape[1], A.shape[-1]))
     eye = torch.eye(L, dtype=A.dtype)
     capacity = residual * eye + (1.0 - residual) * A  # (N, B, L, L): [l, b, to, from]
     flow = torch.zeros(B, L, L, dtype=torch.float64)

@@ -81,3 +81,20 @@ def test_check_positive_rejects_bools_and_names_the_argument():
         check_positive("n", 0)
     with pytest.raises(TypeError, match="num_symbols must be an int, got NoneType None"):
         letter_vocab(None)
+
+
+def test_token_masks_are_boolean_or_zeros_and_ones_of_the_right_shape():
+    from course_utils import interpret
+    from course_utils._validate import check_token_mask
+
+    check_token_mask("mask", torch.tensor([[True, False]]), (1, 2))
+    check_token_mask("mask", torch.tensor([[1, 0]]), (1, 2))  # as a tokenizer gives it
+    with pytest.raises(TypeError, match="mask must be boolean or hold 0 and 1 only"):
+        check_token_mask("mask", torch.tensor([[1.0, 0.0]]), (1, 2))
+    with pytest.raises(TypeError, match="boolean or hold 0 and 1"):
+        check_token_mask("mask", torch.tensor([[2, 0]]), (1, 2))
+    with pytest.raises(ValueError, match=r"mask must be \(B, L\) = \(1, 2\), got \(2, 1\)"):
+        check_token_mask("mask", torch.ones(2, 1, dtype=torch.bool), (1, 2))
+    weights = [torch.softmax(torch.randn(1, 2, 3, 3), -1)]
+    with pytest.raises(TypeError, match="attention_mask must be boolean"):
+        interpret.offset_scores(weights, attention_mask=torch.ones(1, 3))
