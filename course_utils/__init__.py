@@ -18,8 +18,9 @@ A tensor's shape is written with these letters; each letter means one thing ever
     E       model width, ``d_model`` (also the embedding size)
     H       number of heads
     F       feed-forward width, ``d_ff``
-    R       recurrent (GRU) state size
-    A       additive-attention hidden size
+    R       recurrent (GRU) state size (``hidden_dim`` in the GRU models' configs)
+    A       additive-attention hidden size (``attn_dim`` in those configs; the public API
+            fixes ``AdditiveScore(query_dim, key_dim, hidden_dim)``, whose ``hidden_dim`` is A)
     V       vocabulary size
     K       beam size
     C       size of the encoder states an attention decoder reads (``enc_dim``; its
