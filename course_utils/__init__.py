@@ -18,9 +18,10 @@ A tensor's shape is written with these letters; each letter means one thing ever
     E       model width, ``d_model`` (also the embedding size)
     H       number of heads
     F       feed-forward width, ``d_ff``
-    R       recurrent (GRU) state size (``hidden_dim`` in the GRU models' configs)
-    A       additive-attention hidden size (``attn_dim`` in those configs; the public API
-            fixes ``AdditiveScore(query_dim, key_dim, hidden_dim)``, whose ``hidden_dim`` is A)
+    R       recurrent (GRU or LSTM) state size, ``rnn_dim`` in every config and model
+    A       additive-attention hidden size, ``attn_dim`` in every config and model; the
+            public API fixes ``AdditiveScore(query_dim, key_dim, hidden_dim)``, the one
+            place where A is called ``hidden_dim``
     V       vocabulary size
     K       beam size
     C       size of the encoder states an attention decoder reads (``enc_dim``; its
@@ -38,8 +39,12 @@ Masks
 A mask is boolean and ``True`` means "this position may be attended to", in every module.
 It broadcasts to the attention weights ``(..., Lq, Lk)``. A query whose row is fully
 masked gets all-zero weights and a zero output, never NaN. A key-padding mask is ``(B, S)``
-with ``True`` at real tokens. PyTorch's masks mean the opposite (``True`` = blocked);
-``attention.mask_from_torch`` converts them.
+with ``True`` at real tokens, named ``src_mask`` from where a model builds it out of the
+lengths (``data.lengths_to_mask``, also ``Batch.src_mask``) down to the attention; the
+Transformer core takes it under PyTorch's names (``src_key_padding_mask``,
+``memory_key_padding_mask``). A public function checks a mask it is given once, where it
+enters; the softmax below trusts it. PyTorch's masks mean the opposite (``True`` =
+blocked); ``attention.mask_from_torch`` converts them.
 
 Names
 -----

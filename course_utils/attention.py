@@ -93,9 +93,16 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     never NaN, and passes zero gradient.
     """
     check_float_tensor("scores", scores, min_dim=1)
+    if mask is not None:
+        check_scores_mask(mask, scores.shape)
+    return _masked_softmax(scores, mask)
+
+
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """:func:`masked_softmax` without its checks, for the functions of this module that have
+    checked the mask already: a mask is checked once, where it enters, and trusted below."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    check_scores_mask(mask, scores.shape)
     # A finite fill (not -inf) keeps a fully masked row finite: its softmax is uniform
     # garbage, which the second masked_fill then zeroes, with zero gradient.
     filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -157,8 +164,8 @@ def with_key_padding(
     names it in error messages. The result broadcasts over heads: ``(B, 1, 1, S)`` for the
     padding alone, ``(B, 1, L, S)`` or ``(B, H, L, S)`` with an attention mask.
 
-    >>> keys = torch.tensor([[True, True, False]])  # one sequence of 2 tokens + <pad>
-    >>> with_key_padding(causal_mask(3), keys, "keys", 1, 3)[0, 0].int()
+    >>> src_mask = torch.tensor([[True, True, False]])  # one sequence of 2 tokens + <pad>
+    >>> with_key_padding(causal_mask(3), src_mask, "src_mask", 1, 3)[0, 0].int()
     tensor([[1, 0, 0],
             [1, 1, 0],
             [1, 1, 0]], dtype=torch.int32)
@@ -170,13 +177,13 @@ def with_key_padding(
         raise ValueError(
             f"{name} must have shape (B, S) = {(batch, length)}, got {tuple(padding_mask.shape)}"
         )
-    keys = padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S): the same for every query
+    padding = padding_mask[:, None, None, :]  # (B, S) -> (B, 1, 1, S): the same for every query
     if attn_mask is None:
-        return keys
+        return padding
     check_bool_mask("attention masks", attn_mask)
     if attn_mask.dim() == 3:  # (B, L, S) -> (B, 1, L, S), so it broadcasts over heads
         attn_mask = attn_mask[:, None]
-    return attn_mask & keys
+    return attn_mask & padding
 
 
 def scaled_dot_product_attention(
@@ -208,7 +215,7 @@ def scaled_dot_product_attention(
     if is_causal:
         causal = causal_mask(query.shape[-2], key.shape[-2], device=query.device)
         mask = causal if mask is None else mask & causal
-    weights = masked_softmax(scores, mask)  # (..., Lq, Lk)
+    weights = _masked_softmax(scores, mask)  # (..., Lq, Lk), the mask checked above
     return weights @ value, weights  # (..., Lq, Lk) @ (..., Lk, Dv) -> (..., Lq, Dv)
 
 
@@ -231,8 +238,23 @@ def attend(
     >>> context.shape, weights[0, 2].item(), round(weights.sum().item(), 6)
     (torch.Size([1, 4]), 0.0, 1.0)
     """
+    check_float_tensor("query", query, min_dim=2)
+    check_float_tensor("states", states, min_dim=3)
+    if query.dim() != 2 or states.dim() != 3 or query.shape[0] != states.shape[0]:
+        raise ValueError(
+            "query must be (B, R) and states (B, S, C) with the same B, got query "
+            f"{tuple(query.shape)} and states {tuple(states.shape)}"
+        )
+    if mask is not None:
+        check_bool_mask("mask", mask, "True = real token")
+        if mask.shape != states.shape[:2]:
+            raise ValueError(
+                f"mask must be (B, S) = {tuple(states.shape[:2])} like states' first two dims, "
+                f"got {tuple(mask.shape)}"
+            )
+        mask = mask.unsqueeze(1)  # (B, S) -> (B, 1, S), one query per sequence
     scores = score(query.unsqueeze(1), states)  # (B, 1, R), (B, S, C) -> (B, 1, S)
-    weights = masked_softmax(scores, None if mask is None else mask.unsqueeze(1))  # (B, 1, S)
+    weights = _masked_softmax(scores, mask)  # (B, 1, S), the mask checked above
     context = weights @ states  # (B, 1, S) @ (B, S, C) -> (B, 1, C)
     return context.squeeze(1), weights.squeeze(1)  # (B, C), (B, S)
 
@@ -346,7 +368,8 @@ class MultiHeadAttention(nn.Module):
         q = self._split_heads(self.q_proj(query))  # (B, H, L, D)
         k = self._split_heads(self.k_proj(key))  # (B, H, S, D)
         v = self._split_heads(self.v_proj(value))  # (B, H, S, D)
-        weights = masked_softmax(scaled_dot_product_scores(q, k), mask)  # (B, H, L, S)
+        scores = scaled_dot_product_scores(q, k)  # (B, H, L, S)
+        weights = _masked_softmax(scores, mask)  # the mask checked by _mask_for_heads
         heads = self.dropout(weights) @ v  # (B, H, L, D)
         merged = heads.transpose(1, 2).reshape(B, L, self.embed_dim)  # (B, L, E)
         return self.out_proj(merged), weights

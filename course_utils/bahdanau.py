@@ -41,7 +41,7 @@ State = tuple[torch.Tensor, ...]
 @dataclass
 class BahdanauConfig(Seq2SeqConfig):
     """:class:`~course_utils.seq2seq.Seq2SeqConfig` plus ``attn_dim`` (A), the additive
-    score's hidden size (``None``: ``hidden_dim``); build it with ``from_vocab``."""
+    score's hidden size (``None``: ``rnn_dim``); build it with ``from_vocab``."""
 
     attn_dim: int | None = None
 
@@ -80,26 +80,26 @@ class AttentionDecoder(nn.Module):
 
     At step ``t`` the query is the previous decoder state ``s_{t-1}``; the GRU cell reads
     ``[embedding(y_{t-1}), context_t]``, and the logits come from ``[s_t, context_t]``.
-    ``enc_dim`` (C) and ``attn_dim`` (A) default to ``hidden_dim``.
+    ``enc_dim`` (C) and ``attn_dim`` (A) default to ``rnn_dim``.
     """
 
     def __init__(
         self,
         vocab_size: int,
         emb_dim: int,
-        hidden_dim: int,
+        rnn_dim: int,
         pad_id: int,
         enc_dim: int | None = None,
         attn_dim: int | None = None,
     ):
         super().__init__()
-        enc_dim = hidden_dim if enc_dim is None else enc_dim
-        attn_dim = hidden_dim if attn_dim is None else attn_dim
-        self.hidden_dim, self.enc_dim = hidden_dim, enc_dim
+        enc_dim = rnn_dim if enc_dim is None else enc_dim
+        attn_dim = rnn_dim if attn_dim is None else attn_dim
+        self.rnn_dim, self.enc_dim = rnn_dim, enc_dim
         self.embedding = CheckedEmbedding(vocab_size, emb_dim, padding_idx=pad_id)
-        self.attention = AdditiveScore(hidden_dim, enc_dim, attn_dim)
-        self.rnn = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
-        self.out = nn.Linear(hidden_dim + enc_dim, vocab_size)
+        self.attention = AdditiveScore(rnn_dim, enc_dim, attn_dim)
+        self.rnn = nn.GRUCell(emb_dim + enc_dim, rnn_dim)
+        self.out = nn.Linear(rnn_dim + enc_dim, vocab_size)
 
     def step(
         self,
@@ -131,9 +131,9 @@ class AttentionDecoder(nn.Module):
         """
         check_ids("tgt_in", tgt_in)
         _check_encoder_side(tgt_in.shape[0], hidden, enc_states, src_mask)
-        if hidden.shape[1] != self.hidden_dim or enc_states.shape[2] != self.enc_dim:
+        if hidden.shape[1] != self.rnn_dim or enc_states.shape[2] != self.enc_dim:
             raise ValueError(
-                f"expected hidden (B, {self.hidden_dim}) and enc_states (B, S, {self.enc_dim}), "
+                f"expected hidden (B, {self.rnn_dim}) and enc_states (B, S, {self.enc_dim}), "
                 f"got {tuple(hidden.shape)} and {tuple(enc_states.shape)}"
             )
         # The keys W_k k_j are the same at every step: project them once per sequence. Each
@@ -163,7 +163,7 @@ class AttentionSeq2Seq(GRUEncoderDecoder):
 
     >>> from course_utils.data import Batch, letter_vocab
     >>> from course_utils.decoding import greedy_decode
-    >>> model = AttentionSeq2Seq(BahdanauConfig.from_vocab(letter_vocab(5), emb_dim=4, hidden_dim=6))
+    >>> model = AttentionSeq2Seq(BahdanauConfig.from_vocab(letter_vocab(5), emb_dim=4, rnn_dim=6))
     >>> src, src_len = torch.tensor([[5, 6, 7], [5, 4, 0]]), torch.tensor([3, 2])
     >>> model(src, src_len, torch.tensor([[1, 7], [1, 4]])).shape
     torch.Size([2, 2, 8])
@@ -180,9 +180,9 @@ class AttentionSeq2Seq(GRUEncoderDecoder):
         self.decoder = AttentionDecoder(
             c.tgt_vocab_size,
             c.emb_dim,
-            c.hidden_dim,
+            c.rnn_dim,
             c.pad_id,
-            enc_dim=c.hidden_dim,
+            enc_dim=c.rnn_dim,
             attn_dim=c.attn_dim,
         )
 
@@ -204,9 +204,9 @@ class AttentionSeq2Seq(GRUEncoderDecoder):
 
     # The decoding protocol of course_utils.decoding
     def start(self, batch: object) -> State:
-        """Encode ``batch.src`` once -> ``(hidden (B, R), states (B, S, R), src_mask (B, S))``."""
+        """Encode ``batch.src`` once -> ``(hidden (B, R), states (B, S, R), batch.src_mask (B, S))``."""
         states, hidden = self.encoder(batch.src, batch.src_len)  # (B, S, R), (B, R)
-        return hidden, states, lengths_to_mask(batch.src_len, batch.src.shape[1])
+        return hidden, states, batch.src_mask
 
     def step(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
         """``tokens`` (B,) -> ``(log_probs (B, V), state, weights (B, S))``."""

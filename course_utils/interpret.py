@@ -71,6 +71,7 @@ def offset_scores(
 
     ``offset=-1``: previous token; ``+1``: next token. Averaged over every real query ``i``
     whose ``i + offset`` is a real token, across the batch. Returns ``(num_layers, H)``.
+    :func:`head_pattern_scores` is this score at ``offset=-1`` from ``t = 2`` on (it says why).
 
     >>> A = torch.eye(4).roll(1, dims=1)[None, None]  # (1, 1, 4, 4): each token -> the next
     >>> offset_scores([A], offset=1), offset_scores([A], offset=-1)
@@ -231,12 +232,20 @@ def head_pattern_scores(weights: torch.Tensor) -> dict[str, torch.Tensor]:
     ``t``, over the batch and over ``t = 2 .. L-1`` (at ``t = 1`` the previous token *is*
     the first, so those queries would count for both).
 
+    Its ``"previous"`` is :func:`offset_scores` at ``offset=-1`` with the queries at
+    ``t = 1`` left out: one score, two windows. ``offset_scores`` reads padded text (a
+    pretrained model's heads, every real query); this one reads the unpadded sequences of
+    the toy models, beside the two scores a previous-token score is confused with.
+
     >>> w = torch.zeros(1, 2, 4, 4)
     >>> t = torch.arange(4)
     >>> w[0, 0, t, (t - 1).clamp(min=0)] = 1.0  # head 0 looks one back
     >>> w[0, 1, :, 0] = 1.0  # head 1 looks at the start
     >>> {k: v.tolist() for k, v in head_pattern_scores(w).items()}
     {'previous': [1.0, 0.0], 'first': [0.0, 1.0], 'self': [0.0, 0.0]}
+    >>> w = torch.rand(2, 3, 5, 5).softmax(dim=-1)
+    >>> torch.allclose(head_pattern_scores(w)["previous"], offset_scores([w[..., 1:, 1:]])[0])
+    True
     """
     if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
         shape = (

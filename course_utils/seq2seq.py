@@ -31,18 +31,18 @@ State = tuple[torch.Tensor, ...]
 @dataclass
 class Seq2SeqConfig(ModelConfig):
     """Everything that defines a :class:`Seq2Seq`; build it with
-    ``Seq2SeqConfig.from_vocab(src_vocab, tgt_vocab, emb_dim=..., hidden_dim=...)``.
+    ``Seq2SeqConfig.from_vocab(src_vocab, tgt_vocab, emb_dim=..., rnn_dim=...)``.
 
-    >>> Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, hidden_dim=0)
+    >>> Seq2SeqConfig(src_vocab_size=13, tgt_vocab_size=13, rnn_dim=0)
     Traceback (most recent call last):
     ...
-    ValueError: hidden_dim must be positive, got 0
+    ValueError: rnn_dim must be positive, got 0
     """
 
     src_vocab_size: int
     tgt_vocab_size: int
     emb_dim: int = 32
-    hidden_dim: int = 64
+    rnn_dim: int = 64
     pad_id: int = PAD_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID
@@ -56,11 +56,11 @@ class Seq2SeqConfig(ModelConfig):
 class GRUEncoder(nn.Module):
     """Embedding + one-layer GRU over the source; padding never reaches the GRU."""
 
-    def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, pad_id: int):
+    def __init__(self, vocab_size: int, emb_dim: int, rnn_dim: int, pad_id: int):
         super().__init__()
-        self.hidden_dim = hidden_dim
+        self.rnn_dim = rnn_dim
         self.embedding = CheckedEmbedding(vocab_size, emb_dim, padding_idx=pad_id)
-        self.rnn = nn.GRU(emb_dim, hidden_dim, batch_first=True)
+        self.rnn = nn.GRU(emb_dim, rnn_dim, batch_first=True)
 
     def forward(
         self, src: torch.Tensor, src_len: torch.Tensor
@@ -86,11 +86,11 @@ class GRUDecoder(nn.Module):
     Its only knowledge of the source is the hidden state it starts from.
     """
 
-    def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, pad_id: int):
+    def __init__(self, vocab_size: int, emb_dim: int, rnn_dim: int, pad_id: int):
         super().__init__()
         self.embedding = CheckedEmbedding(vocab_size, emb_dim, padding_idx=pad_id)
-        self.rnn = nn.GRU(emb_dim, hidden_dim, batch_first=True)
-        self.out = nn.Linear(hidden_dim, vocab_size)
+        self.rnn = nn.GRU(emb_dim, rnn_dim, batch_first=True)
+        self.out = nn.Linear(rnn_dim, vocab_size)
 
     def forward(
         self, tgt_in: torch.Tensor, hidden: torch.Tensor
@@ -121,7 +121,7 @@ class GRUEncoderDecoder(nn.Module):
             )
         c = self.config = config
         self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
-        self.encoder = GRUEncoder(c.src_vocab_size, c.emb_dim, c.hidden_dim, c.pad_id)
+        self.encoder = GRUEncoder(c.src_vocab_size, c.emb_dim, c.rnn_dim, c.pad_id)
 
     @staticmethod
     def check_inputs(src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor) -> None:
@@ -139,7 +139,7 @@ class Seq2Seq(GRUEncoderDecoder):
     """Encoder-decoder whose decoder starts from the encoder's final state (the bottleneck).
 
     >>> from course_utils.data import letter_vocab
-    >>> model = Seq2Seq(Seq2SeqConfig.from_vocab(letter_vocab(5), emb_dim=4, hidden_dim=6))
+    >>> model = Seq2Seq(Seq2SeqConfig.from_vocab(letter_vocab(5), emb_dim=4, rnn_dim=6))
     >>> model(torch.tensor([[3, 4, 5]]), torch.tensor([3]), torch.tensor([[1, 5]])).shape
     torch.Size([1, 2, 8])
     """
@@ -147,7 +147,7 @@ class Seq2Seq(GRUEncoderDecoder):
     def __init__(self, config: Seq2SeqConfig):
         super().__init__(config)  # the config, the ids and the encoder, built first
         c = config
-        self.decoder = GRUDecoder(c.tgt_vocab_size, c.emb_dim, c.hidden_dim, c.pad_id)
+        self.decoder = GRUDecoder(c.tgt_vocab_size, c.emb_dim, c.rnn_dim, c.pad_id)
 
     def forward(
         self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor

@@ -130,16 +130,20 @@ class TransformerSeq2Seq(nn.Module):
     def encode(
         self, src: torch.Tensor, src_len: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-        """``src (B, S), src_len (B,) -> (memory (B, S, E), key mask (B, S), enc weights)``."""
+        """``src (B, S), src_len (B,) -> (memory (B, S, E), src_mask (B, S), enc weights)``.
+
+        The model's boundary: ``src_len`` is checked here and the padding mask built from it
+        once, named ``src_mask`` as ``Batch.src_mask``; the core takes it under PyTorch's
+        name for a key-padding mask and checks it once more, as it would a mask of yours."""
         check_src(src, src_len)
-        keys = lengths_to_mask(src_len, src.shape[1])  # (B, S), True at real tokens
+        src_mask = lengths_to_mask(src_len, src.shape[1])  # (B, S), True at real tokens
         memory, weights = self.transformer.encode(
-            self._embed(self.src_embed, src), src_key_padding_mask=keys
+            self._embed(self.src_embed, src), src_key_padding_mask=src_mask
         )
-        return memory, keys, weights
+        return memory, src_mask, weights
 
     def decode(
-        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_keys: torch.Tensor
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """``tgt_in (B, T)`` -> ``(logits (B, T, V), self_weights, cross_weights)``."""
         T = tgt_in.shape[1]
@@ -147,7 +151,7 @@ class TransformerSeq2Seq(nn.Module):
             self._embed(self.tgt_embed, tgt_in),
             memory,
             tgt_mask=causal_mask(T, device=tgt_in.device),  # no peeking at later targets
-            memory_key_padding_mask=src_keys,  # no attending to source padding
+            memory_key_padding_mask=src_mask,  # no attending to source padding
         )
         return self.out(out), self_w, cross_w
 
@@ -173,8 +177,8 @@ class TransformerSeq2Seq(nn.Module):
             raise ValueError(
                 f"tgt_in must be a 2-D tensor (B, T), got {tuple(getattr(tgt_in, 'shape', ()))}"
             )
-        memory, keys, enc_w = self.encode(src, src_len)
-        logits, self_w, cross_w = self.decode(tgt_in, memory, keys)
+        memory, src_mask, enc_w = self.encode(src, src_len)
+        logits, self_w, cross_w = self.decode(tgt_in, memory, src_mask)
         return logits, {"encoder": enc_w, "decoder": self_w, "cross": cross_w}
 
     def forward(
@@ -186,16 +190,16 @@ class TransformerSeq2Seq(nn.Module):
     # The decoding protocol of course_utils.decoding. The encoder runs once; at every step the
     # decoder re-reads the whole prefix (no key/value cache: notebook 17 adds one).
     def start(self, batch: object) -> State:
-        """Encode ``batch.src`` once -> ``(memory (B, S, E), key mask (B, S), prefix (B, 0))``."""
-        memory, keys, _ = self.encode(batch.src, batch.src_len)
+        """Encode ``batch.src`` once -> ``(memory (B, S, E), src_mask (B, S), prefix (B, 0))``."""
+        memory, src_mask, _ = self.encode(batch.src, batch.src_len)
         prefix = torch.empty(memory.shape[0], 0, dtype=torch.long, device=memory.device)
-        return memory, keys, prefix
+        return memory, src_mask, prefix
 
     def step(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State, torch.Tensor]:
         """``tokens`` (B,) -> ``(log_probs (B, V), state, weights (B, S))``, the weights being
         the last decoder layer's source attention at this step, averaged over its heads."""
-        memory, keys, prefix = state
+        memory, src_mask, prefix = state
         prefix = torch.cat([prefix, tokens[:, None]], dim=1)  # (B, t)
-        logits, _, cross = self.decode(prefix, memory, keys)  # (B, t, V)
+        logits, _, cross = self.decode(prefix, memory, src_mask)  # (B, t, V)
         weights = cross[-1][:, :, -1].mean(dim=1)  # (B, H, t, S) -> (B, S)
-        return logits[:, -1].log_softmax(dim=-1), (memory, keys, prefix), weights
+        return logits[:, -1].log_softmax(dim=-1), (memory, src_mask, prefix), weights

@@ -317,3 +317,29 @@ def test_bad_input_raises_clear_error(call, error, words):
     message = str(info.value)
     for word in words:
         assert word in message, f"{word!r} missing from: {message}"
+
+
+def test_attend_names_a_mask_or_query_that_does_not_fit_the_states():
+    score, states = A.AdditiveScore(4, 3, 5), torch.randn(2, 6, 3)
+    with pytest.raises(ValueError, match=r"mask must be \(B, S\) = \(2, 6\).*\(2, 5\)"):
+        A.attend(torch.randn(2, 4), states, score, torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        A.attend(torch.randn(2, 4), states, score, torch.ones(2, 6, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"query must be \(B, R\).*\(3, 4\).*\(2, 6, 3\)"):
+        A.attend(torch.randn(3, 4), states, score)
+
+
+def test_a_mask_checked_where_it_enters_is_not_checked_again_by_the_softmax(monkeypatch):
+    # MultiHeadAttention, scaled_dot_product_attention and attend check the mask they are
+    # given; the softmax below them trusts it (only masked_softmax itself checks).
+    calls = []
+    real = A.check_scores_mask
+    monkeypatch.setattr(A, "check_scores_mask", lambda *a: calls.append(a) or real(*a))
+    x, mask = torch.randn(2, 3, 8), torch.tensor([[True, True, False], [True, False, False]])
+    A.MultiHeadAttention(8, 2)(x, x, x, mask=mask[:, None, :])
+    A.attend(torch.randn(2, 4), x, A.AdditiveScore(4, 8, 5), mask)
+    assert calls == []
+    A.scaled_dot_product_attention(x, x, x, mask=mask[:, None, :])
+    assert len(calls) == 1
+    A.masked_softmax(torch.randn(2, 3), mask)
+    assert len(calls) == 2

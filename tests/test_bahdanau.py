@@ -29,9 +29,9 @@ PAD, BOS, EOS = VOCAB.pad_id, VOCAB.bos_id, VOCAB.eos_id
 V = len(VOCAB)
 
 
-def make_model(seed: int = 0, hidden_dim: int = 16, attn_dim: int | None = None):
+def make_model(seed: int = 0, rnn_dim: int = 16, attn_dim: int | None = None):
     torch.manual_seed(seed)
-    config = BahdanauConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=hidden_dim, attn_dim=attn_dim)
+    config = BahdanauConfig.from_vocab(VOCAB, emb_dim=8, rnn_dim=rnn_dim, attn_dim=attn_dim)
     return AttentionSeq2Seq(config).eval()
 
 
@@ -65,7 +65,7 @@ def reference_attend(query, enc_states, n, score):
 def test_attend_equals_the_formula_over_real_positions_only(seed):
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    score = make_model(seed, hidden_dim=6, attn_dim=5).decoder.attention
+    score = make_model(seed, rnn_dim=6, attn_dim=5).decoder.attention
     states = torch.randn(3, 7, 6, generator=g)
     query = torch.randn(3, 6, generator=g)
     lengths = torch.tensor([7, 2, 4])
@@ -133,7 +133,7 @@ def test_an_example_alone_equals_the_same_example_in_a_padded_batch(seed):
 def test_teacher_forced_forward_equals_the_step_by_step_decoder():
     """The forward pass projects the keys once; each step must equal ``decoder.step``."""
     g = torch.Generator().manual_seed(4)
-    model = make_model(4, hidden_dim=12, attn_dim=7)
+    model = make_model(4, rnn_dim=12, attn_dim=7)
     src, lengths, _ = padded_source(g, [4, 6])
     tgt_in = torch.cat([torch.full((2, 1), BOS), random_ids(g, 2, 5)], dim=1)
     logits, weights = model.forward_with_attention(src, lengths, tgt_in)
@@ -148,7 +148,7 @@ def test_teacher_forced_forward_equals_the_step_by_step_decoder():
 def test_one_decoder_step_by_hand():
     """Query = previous state; GRU input = [embedding, context]; read-out from [state, context]."""
     g = torch.Generator().manual_seed(5)
-    dec = make_model(5, hidden_dim=6, attn_dim=4).decoder
+    dec = make_model(5, rnn_dim=6, attn_dim=4).decoder
     states, hidden = torch.randn(2, 5, 6, generator=g), torch.randn(2, 6, generator=g)
     token, lengths = torch.tensor([3, 7]), torch.tensor([5, 3])
     logits, new_hidden, weights = dec.step(token, hidden, states, lengths_to_mask(lengths, 5))
@@ -179,12 +179,12 @@ def test_gradients_reach_every_parameter():
 def test_encoder_is_the_seq2seq_encoder():
     model = make_model(0)
     assert type(model.encoder) is seq2seq.GRUEncoder
-    plain = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=16))
+    plain = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, rnn_dim=16))
     model.encoder.load_state_dict(plain.encoder.state_dict())  # strict: the same parameters
 
 
 def test_separate_target_vocabulary():
-    model = AttentionSeq2Seq(BahdanauConfig(V, V + 4, emb_dim=8, hidden_dim=16))
+    model = AttentionSeq2Seq(BahdanauConfig(V, V + 4, emb_dim=8, rnn_dim=16))
     src, lengths = torch.tensor([[3, 4, 5]]), torch.tensor([3])
     assert model(src, lengths, torch.tensor([[BOS, 12]])).shape == (1, 2, V + 4)
 
@@ -240,7 +240,7 @@ def test_accuracy_by_length_accepts_the_attention_model():
 def test_a_few_steps_of_training_lower_the_loss():
     data = make_split("reverse", "train", n=64, lengths=range(3, 7), vocab=VOCAB, seed=0)
     batch = make_batch([data[i] for i in range(64)], VOCAB)
-    model = make_model(7, hidden_dim=32).train()
+    model = make_model(7, rnn_dim=32).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     first = seq2seq_loss(model, batch).item()
     for _ in range(30):

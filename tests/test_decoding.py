@@ -23,9 +23,9 @@ V = len(VOCAB)
 def build(kind: str, seed: int = 0, scale: float = 1.0):
     torch.manual_seed(seed)
     if kind == "gru":
-        model = Seq2Seq(Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=16))
+        model = Seq2Seq(Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, rnn_dim=16))
     elif kind == "bahdanau":
-        model = AttentionSeq2Seq(BahdanauConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=16))
+        model = AttentionSeq2Seq(BahdanauConfig.from_vocab(VOCAB, emb_dim=8, rnn_dim=16))
     else:
         config = TransformerConfig.from_vocab(VOCAB, d_model=16, num_heads=2, d_ff=32, dropout=0.0)
         model = TransformerSeq2Seq(config)

@@ -116,7 +116,7 @@ def test_accuracy_by_length_counts_per_length():
 def test_accuracy_by_length_agrees_with_one_example_at_a_time():
     data = make_split("copy", "test", n=20, lengths=range(2, 6), vocab=VOCAB, seed=1)
     torch.manual_seed(2)
-    model = Seq2Seq(Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=16))
+    model = Seq2Seq(Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, rnn_dim=16))
     acc = accuracy_by_length(model, data, batch_size=6, device="cpu")
     hits: dict[int, list[bool]] = {}
     for src, tgt in zip(data.src, data.tgt, strict=True):

@@ -40,7 +40,7 @@ def test_notebook_seq2seq_equals_library_on_padded_batches(nb, seed):
     args = (len(vocab), 8, 12, vocab.pad_id, vocab.bos_id, vocab.eos_id)
     torch.manual_seed(seed)
     ours = nb["Seq2Seq"](*args)
-    lib = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(vocab, emb_dim=8, hidden_dim=12))
+    lib = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(vocab, emb_dim=8, rnn_dim=12))
     lib.load_state_dict(ours.state_dict())  # strict: the parameter names must match too
     expected = lib(batch.src, batch.src_len, batch.tgt_in)
     torch.testing.assert_close(ours(batch.src, batch.src_len, batch.tgt_in), expected)
@@ -56,7 +56,7 @@ def test_notebook_train_loop_equals_fit(nb, clip, decay):
     vocab = data.letter_vocab(6)
     pairs = data.make_split("reverse", "train", n=60, lengths=range(2, 9), vocab=vocab, seed=0)
     torch.manual_seed(int(clip * 100) + decay)
-    ours = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(vocab, emb_dim=8, hidden_dim=12))
+    ours = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig.from_vocab(vocab, emb_dim=8, rnn_dim=12))
     theirs = copy.deepcopy(ours)
     schedule = (lambda step: 1 - (step - 1) / 6) if decay else None
     losses = nb["train_loop"](

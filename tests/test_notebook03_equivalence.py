@@ -56,7 +56,7 @@ def test_notebook_model_equals_library_on_padded_batches(nb, seed):
     torch.manual_seed(seed)
     ours = nb["AttentionSeq2Seq"](*args)
     lib = bahdanau.AttentionSeq2Seq(
-        bahdanau.BahdanauConfig.from_vocab(vocab, emb_dim=8, hidden_dim=12, attn_dim=5)
+        bahdanau.BahdanauConfig.from_vocab(vocab, emb_dim=8, rnn_dim=12, attn_dim=5)
     )
     lib.load_state_dict(ours.state_dict())  # strict: the parameter names must match too
     logits, weights = ours.forward_with_attention(batch.src, batch.src_len, batch.tgt_in)

@@ -49,7 +49,7 @@ def _small_model_and_batch(switches, n_reports, seed):
     vocab = news.news_vocab(news.make_reports(200, seed=0))
     data = news.NewsData(news.make_reports(n_reports, split="val", seed=seed), vocab)
     torch.manual_seed(0)
-    model = sm.build_model(True, vocab, emb_dim=8, hidden_dim=12, attn_dim=10, **switches)
+    model = sm.build_model(True, vocab, emb_dim=8, rnn_dim=12, attn_dim=10, **switches)
     if switches.get("coverage"):
         torch.nn.init.normal_(model.w_c.weight)
     return vocab, model, news.make_news_batch(data.encoded, vocab)

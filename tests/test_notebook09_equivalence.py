@@ -78,7 +78,7 @@ def test_doubly_stochastic_penalty_equals_library(nb, seed):
 @pytest.mark.parametrize("seed", range(2))
 def test_show_attend_tell_equals_the_spatial_captioner(nb, data, seed):
     vocab = caption_vocab()
-    sizes = dict(channels=16, emb_dim=8, hidden_dim=24, attn_dim=12)
+    sizes = dict(channels=16, emb_dim=8, rnn_dim=24, attn_dim=12)
     torch.manual_seed(seed)
     ours = nb["ShowAttendTell"](len(vocab), vocab.pad_id, **sizes).eval()
     library = captioning.build_model(True, **sizes).eval()

@@ -101,7 +101,7 @@ def test_pyramid_reduce_equals_library(nb, lengths):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_listener_and_speller_equal_library(nb, val, seed):
-    sizes = dict(listener_dim=8 + 4 * seed, hidden_dim=12, attn_dim=6, emb_dim=5)
+    sizes = dict(listener_dim=8 + 4 * seed, rnn_dim=12, attn_dim=6, emb_dim=5)
     torch.manual_seed(seed)
     ours = nb["ListenAttendSpell"](30, 0, **sizes).eval()
     library = speech.build_model(True, **sizes).eval()

@@ -499,6 +499,52 @@ def test_hand_rolled_positive_check_finder_catches_each_form():
     )
 
 
+def misnamed_sizes(source: str) -> list[int]:
+    """Lines of ``source`` that name a size ``hidden_dim`` (any case) anywhere but in
+    ``AdditiveScore``'s own parameter, the public API's one exception: the glossary names
+    the recurrent state ``rnn_dim`` (R) and the additive-attention size ``attn_dim`` (A)."""
+    tree = ast.parse(source)
+    allowed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "AdditiveScore":
+            allowed |= {id(n) for n in ast.walk(node)}
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if getattr(func, "attr", getattr(func, "id", None)) == "AdditiveScore":
+                allowed |= {id(k) for k in node.keywords}
+    found = set()
+    for node in ast.walk(tree):
+        name = (
+            getattr(node, "arg", None) or getattr(node, "id", None) or getattr(node, "attr", None)
+        )
+        if isinstance(name, str) and name.lower() == "hidden_dim" and id(node) not in allowed:
+            found.add(node.lineno)
+    return sorted(found)
+
+
+def test_one_name_for_the_recurrent_state_and_the_additive_size():
+    sources = [(p, p.read_text()) for p in sorted((ROOT / "course_utils").rglob("*.py"))]
+    sources += [(p, p.read_text()) for p in sorted((ROOT / "tests").glob("*.py"))]
+    sources += [(p, notebook_code(p)) for p in NOTEBOOKS]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path, source in sources
+        for line in misnamed_sizes(source)
+    ]
+    assert not found, "R is rnn_dim and A is attn_dim (glossary):\n" + "\n".join(found)
+
+
+def test_misnamed_size_finder_catches_each_form():
+    assert misnamed_sizes("def f(hidden_dim):\n    return hidden_dim") == [1, 2]
+    assert misnamed_sizes("HIDDEN_DIM = 64\nConfig(hidden_dim=HIDDEN_DIM)") == [1, 2]
+    assert misnamed_sizes("x = self.config.hidden_dim") == [1]
+    exception = (
+        "class AdditiveScore:\n    def __init__(self, hidden_dim):\n        self.hidden_dim = hidden_dim\n"
+        "s = attention.AdditiveScore(query_dim=4, key_dim=4, hidden_dim=8)\n"
+    )
+    assert misnamed_sizes(exception) == []
+
+
 def test_no_module_takes_a_private_name_from_another():
     problems = private_imports(package_modules())
     assert not problems, "make the name public (and document it), or move it:\n" + "\n".join(

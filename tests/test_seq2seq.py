@@ -16,9 +16,9 @@ PAD, BOS, EOS = VOCAB.pad_id, VOCAB.bos_id, VOCAB.eos_id
 V = len(VOCAB)
 
 
-def make_model(seed: int = 0, hidden_dim: int = 16) -> Seq2Seq:
+def make_model(seed: int = 0, rnn_dim: int = 16) -> Seq2Seq:
     torch.manual_seed(seed)
-    return Seq2Seq(Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, hidden_dim=hidden_dim)).eval()
+    return Seq2Seq(Seq2SeqConfig.from_vocab(VOCAB, emb_dim=8, rnn_dim=rnn_dim)).eval()
 
 
 def random_ids(g: torch.Generator, *shape: int) -> torch.Tensor:
@@ -107,14 +107,14 @@ def test_bad_input_errors_name_the_argument(call, match):
 
 def test_config_takes_the_ids_from_the_vocabulary_and_checks_itself():
     other = letter_vocab(4)
-    config = Seq2SeqConfig.from_vocab(VOCAB, other, emb_dim=4, hidden_dim=6)
+    config = Seq2SeqConfig.from_vocab(VOCAB, other, emb_dim=4, rnn_dim=6)
     assert (config.src_vocab_size, config.tgt_vocab_size) == (V, len(other))
     assert (config.pad_id, config.bos_id, config.eos_id) == (PAD, BOS, EOS)
     assert Seq2Seq(config).decoder.out.out_features == len(other)
     for bad, error in [
-        (dict(hidden_dim=0), ValueError),
+        (dict(rnn_dim=0), ValueError),
         (dict(emb_dim=True), TypeError),
-        (dict(hidden_dim=2.5), TypeError),
+        (dict(rnn_dim=2.5), TypeError),
         (dict(eos_id=V + 3), ValueError),
         (dict(bos_id=PAD), ValueError),
     ]:

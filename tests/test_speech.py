@@ -19,7 +19,7 @@ from course_utils.decoding import beam_search, greedy_decode
 
 def small(attention=True, seed=0):
     torch.manual_seed(seed)
-    return speech.build_model(attention, listener_dim=8, hidden_dim=12, attn_dim=6).eval()
+    return speech.build_model(attention, listener_dim=8, rnn_dim=12, attn_dim=6).eval()
 
 
 @pytest.fixture(scope="module")

@@ -83,7 +83,7 @@ def data():
 
 def _model(data, seed=0, **switches):
     torch.manual_seed(seed)
-    return sm.build_model(True, data.vocab, emb_dim=8, hidden_dim=12, attn_dim=10, **switches)
+    return sm.build_model(True, data.vocab, emb_dim=8, rnn_dim=12, attn_dim=10, **switches)
 
 
 @pytest.mark.parametrize("switches", [dict(pointer=False), dict(), dict(coverage=True)])
@@ -186,7 +186,7 @@ def test_trace_follows_greedy_decoding(data):
 
 
 def test_no_attention_model_and_bad_configs(data):
-    model = sm.build_model(False, data.vocab, emb_dim=8, hidden_dim=12)
+    model = sm.build_model(False, data.vocab, emb_dim=8, rnn_dim=12)
     batch = news.make_news_batch(data.encoded[:2], data.vocab)
     log_probs, weights, p_gen, _ = model.forward_with_attention(batch)
     assert weights is None and p_gen is None and log_probs.shape[-1] == len(data.vocab)

@@ -210,7 +210,7 @@ def _shifted_vocab():
 def test_seq2seq_with_its_own_target_vocabulary():
     data = make_splits(8, 2, 2, seed=0)["train"]
     sv, tv = data.src_vocab, data.tgt_vocab
-    model = Seq2Seq(Seq2SeqConfig.from_vocab(sv, tv, emb_dim=8, hidden_dim=12))
+    model = Seq2Seq(Seq2SeqConfig.from_vocab(sv, tv, emb_dim=8, rnn_dim=12))
     batch = make_batch([data[i] for i in range(4)], tv)
     logits = model(batch.src, batch.src_len, batch.tgt_in)
     assert logits.shape == (*batch.tgt_in.shape, len(tv))

@@ -45,10 +45,10 @@ def test_checked_embedding_rejects_ids_that_are_not_integers():
 def _models():
     vocab = letter_vocab(5)  # 5 letters and the specials
     size = len(vocab)
-    yield "seq2seq", Seq2Seq(Seq2SeqConfig.from_vocab(vocab, emb_dim=4, hidden_dim=6)), size
+    yield "seq2seq", Seq2Seq(Seq2SeqConfig.from_vocab(vocab, emb_dim=4, rnn_dim=6)), size
     yield (
         "bahdanau",
-        AttentionSeq2Seq(BahdanauConfig.from_vocab(vocab, emb_dim=4, hidden_dim=6)),
+        AttentionSeq2Seq(BahdanauConfig.from_vocab(vocab, emb_dim=4, rnn_dim=6)),
         size,
     )
     config = TransformerConfig.from_vocab(vocab, d_model=8, num_heads=2)

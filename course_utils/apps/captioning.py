@@ -60,7 +60,7 @@ class CaptionConfig:
     image_size: int = CANVAS  # H = W, a multiple of 8
     channels: int = 64  # C
     emb_dim: int = 16  # E
-    hidden_dim: int = 128  # R, the LSTM state
+    rnn_dim: int = 128  # R, the LSTM state
     attn_dim: int = 64  # A
 
     @classmethod
@@ -70,7 +70,7 @@ class CaptionConfig:
     def __post_init__(self) -> None:
         if self.attention not in KINDS:
             raise ValueError(f"attention must be one of {KINDS}, got {self.attention!r}")
-        for name in ("vocab_size", "image_size", "channels", "emb_dim", "hidden_dim", "attn_dim"):
+        for name in ("vocab_size", "image_size", "channels", "emb_dim", "rnn_dim", "attn_dim"):
             check_positive(name, getattr(self, name))
         if self.image_size % 8:
             raise ValueError(f"image_size must be a multiple of 8, got {self.image_size}")
@@ -181,16 +181,16 @@ class Captioner(nn.Module):
         self.pad_id, self.bos_id, self.eos_id = c.pad_id, c.bos_id, c.eos_id
         self.encoder = ConvEncoder(c.channels)
         if c.attention == "spatial":  # keys: the cells' feature vectors (C numbers each)
-            self.score = AdditiveScore(c.hidden_dim, c.channels, c.attn_dim)
+            self.score = AdditiveScore(c.rnn_dim, c.channels, c.attn_dim)
         elif c.attention == "channel":  # keys: the channels' maps (P numbers each)
-            self.score = AdditiveScore(c.hidden_dim, c.grid * c.grid, c.attn_dim)
+            self.score = AdditiveScore(c.rnn_dim, c.grid * c.grid, c.attn_dim)
         if c.attention != "none":
-            self.gate = nn.Linear(c.hidden_dim, 1)  # beta, Xu et al.'s gating scalar
-        self.init_h = nn.Linear(c.channels, c.hidden_dim)
-        self.init_c = nn.Linear(c.channels, c.hidden_dim)
+            self.gate = nn.Linear(c.rnn_dim, 1)  # beta, Xu et al.'s gating scalar
+        self.init_h = nn.Linear(c.channels, c.rnn_dim)
+        self.init_c = nn.Linear(c.channels, c.rnn_dim)
         self.embedding = CheckedEmbedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
-        self.rnn = nn.LSTMCell(c.emb_dim + c.channels, c.hidden_dim)
-        self.out = nn.Linear(c.hidden_dim + c.channels, c.vocab_size)
+        self.rnn = nn.LSTMCell(c.emb_dim + c.channels, c.rnn_dim)
+        self.out = nn.Linear(c.rnn_dim + c.channels, c.vocab_size)
 
     def look(self, hidden: torch.Tensor, features: torch.Tensor) -> tuple:
         """``(context, weights or None, beta (B,) or None)`` for one step."""

@@ -66,15 +66,15 @@ class DualEncoder(nn.Module):
     """
 
     def __init__(self, vocab_size: int, pad_id: int, cells: int, channels: int = 64,
-                 dim: int = 32, emb_dim: int = 32, hidden_dim: int = 64):  # fmt: skip
+                 dim: int = 32, emb_dim: int = 32, rnn_dim: int = 64):  # fmt: skip
         super().__init__()
         for name, value in (("cells", cells), ("channels", channels), ("dim", dim)):
             check_positive(name, value)
         self.cells, self.channels = cells, channels
         self.image_norm = nn.LayerNorm(channels)
         self.image_proj = nn.Linear(cells * channels, dim)
-        self.reader = QuestionEncoder(vocab_size, emb_dim, hidden_dim, pad_id)
-        self.text_proj = nn.Linear(hidden_dim, dim)
+        self.reader = QuestionEncoder(vocab_size, emb_dim, rnn_dim, pad_id)
+        self.text_proj = nn.Linear(rnn_dim, dim)
 
     def images(self, features: torch.Tensor) -> torch.Tensor:
         check_tensor("features", features, dims=3)
@@ -87,7 +87,7 @@ class DualEncoder(nn.Module):
         return nn.functional.normalize(self.image_proj(flat), dim=-1)  # (B, D)
 
     def texts(self, captions: torch.Tensor) -> torch.Tensor:
-        _, summary, _ = self.reader(captions)  # (B, hidden_dim)
+        _, summary, _ = self.reader(captions)  # (B, rnn_dim)
         return nn.functional.normalize(self.text_proj(summary), dim=-1)  # (B, D)
 
 

@@ -220,14 +220,14 @@ class RecallAttention(nn.Module):
 class RecallGRU(nn.Module):
     """A GRU reads the pairs, then the query key; its last state predicts the value."""
 
-    def __init__(self, n_keys: int = 16, n_values: int = 16, d_model: int = 32, hidden: int = 48):
+    def __init__(self, n_keys: int = 16, n_values: int = 16, d_model: int = 32, rnn_dim: int = 48):
         super().__init__()
         self.key_emb, self.value_emb = (
             CheckedEmbedding(n_keys, d_model),
             CheckedEmbedding(n_values, d_model),
         )
-        self.rnn = nn.GRU(d_model, hidden, batch_first=True)
-        self.out = nn.Linear(hidden, n_values)
+        self.rnn = nn.GRU(d_model, rnn_dim, batch_first=True)
+        self.out = nn.Linear(rnn_dim, n_values)
 
     def forward(self, batch: RecallBatch) -> tuple[torch.Tensor, None]:
         """-> ``(logits (B, n_values), None)``: there are no attention weights."""

@@ -49,7 +49,7 @@ class SpeechConfig:
     listener_dim: int = 64  # per direction, so C = 128
     pyramid_layers: int = 3
     emb_dim: int = 16  # E
-    hidden_dim: int = 128  # R, the speller's LSTM state
+    rnn_dim: int = 128  # R, the speller's LSTM state
     attn_dim: int = 64  # A
 
     @classmethod
@@ -61,7 +61,7 @@ class SpeechConfig:
             raise TypeError(f"attention must be a bool, got {self.attention!r}")
         for name in ("vocab_size", "n_mels", "listener_dim", "pyramid_layers", "emb_dim"):
             check_positive(name, getattr(self, name))
-        check_positive("hidden_dim", self.hidden_dim)
+        check_positive("rnn_dim", self.rnn_dim)
         check_positive("attn_dim", self.attn_dim)
 
 
@@ -137,12 +137,12 @@ class ListenAttendSpell(nn.Module):
         enc_dim = 2 * c.listener_dim  # C
         self.listener = Listener(c.n_mels, c.listener_dim, c.pyramid_layers)
         if c.attention:
-            self.score = AdditiveScore(c.hidden_dim, enc_dim, c.attn_dim)
-        self.init_h = nn.Linear(enc_dim, c.hidden_dim)
-        self.init_c = nn.Linear(enc_dim, c.hidden_dim)
+            self.score = AdditiveScore(c.rnn_dim, enc_dim, c.attn_dim)
+        self.init_h = nn.Linear(enc_dim, c.rnn_dim)
+        self.init_c = nn.Linear(enc_dim, c.rnn_dim)
         self.embedding = CheckedEmbedding(c.vocab_size, c.emb_dim, padding_idx=c.pad_id)
-        self.rnn = nn.LSTMCell(c.emb_dim + enc_dim, c.hidden_dim)
-        self.out = nn.Linear(c.hidden_dim + enc_dim, c.vocab_size)
+        self.rnn = nn.LSTMCell(c.emb_dim + enc_dim, c.rnn_dim)
+        self.out = nn.Linear(c.rnn_dim + enc_dim, c.vocab_size)
 
     # The decoding protocol of course_utils.decoding
     def start(self, batch: object) -> State:

@@ -21,7 +21,7 @@ log-probabilities over ``V + S`` ids, every source position being a possible new
 
 Shapes follow the legend in :mod:`course_utils`: ``B`` batch, ``S`` source length, ``T``
 summary length, ``E`` embedding size, ``R`` decoder state size, ``C`` encoder state size
-(2 x ``hidden_dim``: both directions), ``A`` attention size, ``V`` vocabulary size.
+(2 x ``rnn_dim``: both directions), ``A`` attention size, ``V`` vocabulary size.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class SummariserConfig(ModelConfig):
     tgt_vocab_size: int
     unk_id: int
     emb_dim: int = 64
-    hidden_dim: int = 64
+    rnn_dim: int = 64
     attn_dim: int = 64
     attention: bool = True
     pointer: bool = False
@@ -151,11 +151,11 @@ class Summariser(nn.Module):
             raise TypeError(f"config must be a SummariserConfig, got {type(config).__name__}")
         c = self.config = config
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = c.pad_id, c.bos_id, c.eos_id, c.unk_id
-        C, R = 2 * c.hidden_dim, c.hidden_dim
+        C, R = 2 * c.rnn_dim, c.rnn_dim
         self.embedding = CheckedEmbedding(c.tgt_vocab_size, c.emb_dim, padding_idx=c.pad_id)
         # The two directions of a bidirectional GRU (see encode)
-        self.encoder_forward = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
-        self.encoder_backward = nn.GRU(c.emb_dim, c.hidden_dim, batch_first=True)
+        self.encoder_forward = nn.GRU(c.emb_dim, c.rnn_dim, batch_first=True)
+        self.encoder_backward = nn.GRU(c.emb_dim, c.rnn_dim, batch_first=True)
         self.bridge = nn.Linear(C, R)  # both final states -> the decoder's first state
         self.attention = AdditiveScore(R, C, c.attn_dim) if c.attention else None
         if c.coverage:  # w_c starts at 0: switching coverage on leaves the model unchanged
@@ -179,16 +179,16 @@ class Summariser(nn.Module):
         """
         check_src(src, src_len)
         B, S = src.shape
-        H = self.config.hidden_dim
+        R = self.config.rnn_dim
         src_mask = lengths_to_mask(src_len, S)  # (B, S)
         x = self.embedding(src)  # (B, S) -> (B, S, E)
         position = torch.arange(S, device=src.device)
         flip = torch.where(src_mask, src_len.unsqueeze(1) - 1 - position, position)  # (B, S)
-        forward, _ = self.encoder_forward(x)  # (B, S, H)
+        forward, _ = self.encoder_forward(x)  # (B, S, R)
         backward, _ = self.encoder_backward(x.gather(1, flip.unsqueeze(-1).expand_as(x)))
-        backward = backward.gather(1, flip.unsqueeze(-1).expand(B, S, H))  # document order
+        backward = backward.gather(1, flip.unsqueeze(-1).expand(B, S, R))  # document order
         states = torch.cat([forward, backward], dim=-1) * src_mask.unsqueeze(-1)  # (B, S, C)
-        last = forward.gather(1, (src_len - 1).view(B, 1, 1).expand(B, 1, H)).squeeze(1)
+        last = forward.gather(1, (src_len - 1).view(B, 1, 1).expand(B, 1, R)).squeeze(1)
         # Both final states: the forward GRU's at the last token, the backward's at the first
         hidden = torch.tanh(self.bridge(torch.cat([last, backward[:, 0]], dim=-1)))  # (B, R)
         # The keys W_h h_i are the same at every step: project them once.

@@ -373,13 +373,13 @@ def make_splits(
 
 # --- The application protocol of course_utils.apps: make_splits (above), build_model, evaluate
 def build_model(
-    attention: bool, emb_dim: int = 32, hidden_dim: int = 64, attn_dim: int = 32
+    attention: bool, emb_dim: int = 32, rnn_dim: int = 64, attn_dim: int = 32
 ) -> nn.Module:
     """Notebook 07's GRU model from :func:`source_vocab` to :func:`target_vocab`, with
     additive attention (:class:`~course_utils.bahdanau.AttentionSeq2Seq`) or without."""
     if not isinstance(attention, bool):
         raise TypeError(f"attention must be a bool, got {attention!r}")
-    vocabs, sizes = (source_vocab(), target_vocab()), dict(emb_dim=emb_dim, hidden_dim=hidden_dim)
+    vocabs, sizes = (source_vocab(), target_vocab()), dict(emb_dim=emb_dim, rnn_dim=rnn_dim)
     if attention:
         return AttentionSeq2Seq(BahdanauConfig.from_vocab(*vocabs, **sizes, attn_dim=attn_dim))
     return Seq2Seq(Seq2SeqConfig.from_vocab(*vocabs, **sizes))

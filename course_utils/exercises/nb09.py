@@ -73,7 +73,7 @@ def check_caption_loss(fn: Callable) -> None:
     """Check ``caption_loss(logits (B, T, V), tgt_out (B, T), weights (B, T, P), pad_id, lam)``
     -> a scalar tensor, against ``apps.captioning.caption_loss(model, batch, lam)``."""
     torch.manual_seed(93)
-    model = captioning.build_model(True, emb_dim=16, hidden_dim=24, attn_dim=16, channels=8)
+    model = captioning.build_model(True, emb_dim=16, rnn_dim=24, attn_dim=16, channels=8)
     data = captioning.make_splits(6, 1, 1, seed=93)["train"]
     batch = data.batch(list(range(6)))  # captions of 2-4 digits: padded steps in most rows
     with torch.no_grad():
