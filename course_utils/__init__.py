@@ -96,7 +96,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                       |
 | every matplotlib figure: heatmaps, views, curves, image overlays     | plotting            | all but 05, 10, 13, 17   |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11, 17   |
-| the applications: make_splits, build_model(attention), evaluate      | apps                | 07-10, 14-16, 18         |
+| the applications, their data sets, three experiments, the protocol   | apps                | 07-10, 14-16, 18         |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                       |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07                       |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                       |
@@ -113,6 +113,8 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                       |
 | the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                       |
 | MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16, 18                   |
+| the protocol every application holds; results by difficulty         | apps.protocol       | -                        |
+| the eight applications behind the protocol, small and full sizes     | apps.registry       | -                        |
 | the exercise-checking harness                                        | exercises           | 01-11, 13-18             |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                       |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                       |

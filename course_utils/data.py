@@ -356,6 +356,8 @@ def shuffled_batches(
     check_positive("batch_size", batch_size)
     if not callable(getattr(data, "batch", None)):
         raise TypeError(f"data must have a batch(rows) method, got {type(data).__name__}")
+    if len(data) < (batch_size if drop_last else 1):  # else the loop below never yields
+        raise ValueError(f"data has {len(data)} rows, fewer than one batch of {batch_size=}")
     g, epoch = torch.Generator().manual_seed(seed), 0
     while True:
         g = torch.Generator().manual_seed(seed * 100_003 + epoch) if reseed_each_epoch else g
@@ -383,6 +385,8 @@ def length_bucketed_chunks(
     """Lists of example indices of (nearly) equal ``lengths`` (N,), forever: every index
     once per epoch, a new seeded random order each epoch (see :func:`length_bucketed_batches`)."""
     check_positive("batch_size", batch_size)
+    if len(lengths) == 0:  # else the loop below never yields
+        raise ValueError("lengths is empty: there is nothing to batch")
     epoch = 0
     while True:
         g = torch.Generator().manual_seed(seed * 100_003 + epoch)

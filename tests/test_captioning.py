@@ -19,7 +19,7 @@ def batch():
 
 def model_of(kind, seed=0):
     torch.manual_seed(seed)
-    return cap.build_model(kind != "none", kind).eval()
+    return cap.build_model(kind in ("spatial", "channel"), kind).eval()
 
 
 def additive_loop(score, h, keys):
@@ -77,6 +77,22 @@ def test_the_model_without_attention_reads_the_mean_feature(batch):
     context, w, beta = model.look(state[0], state[2])
     torch.testing.assert_close(context, state[2].mean(dim=1))
     assert w is None and beta is None
+
+
+def test_the_grid_baseline_reads_every_cell_in_place_without_attention(batch):
+    model = model_of("grid")
+    _, weights, betas = model.forward_with_attention(batch.images, batch.tgt_in)
+    assert weights is None and betas is None
+    h, _, features = model.start(batch)
+    context, _, _ = model.look(h, features)
+    B, P, C = features.shape
+    W = model.flat.weight.view(C, P, C)  # (out, cell, channel)
+    expected = torch.einsum("opc,bpc->bo", W, features) + model.flat.bias
+    torch.testing.assert_close(context, expected)
+    # the same features in other cells: the mean cannot tell, the grid baseline can
+    moved = features.roll(1, dims=1)
+    torch.testing.assert_close(moved.mean(dim=1), features.mean(dim=1))
+    assert not torch.allclose(model.look(h, moved)[0], context)
 
 
 def test_doubly_stochastic_penalty_by_hand_and_by_loop():

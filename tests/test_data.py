@@ -232,3 +232,17 @@ def test_shuffled_batches_draw_what_each_old_iterator_drew(seed):
         expected = data.make_batch([pairs[i] for i in chosen], pairs.vocab)
         got = next(stream)
         assert torch.equal(got.src, expected.src) and torch.equal(got.tgt_out, expected.tgt_out)
+
+
+def test_too_little_data_for_one_batch_is_an_error_not_an_endless_loop():
+    class Rows(list):
+        def batch(self, rows):
+            return [self[i] for i in rows]
+
+    with pytest.raises(ValueError, match="3 rows, fewer than one batch of batch_size=4"):
+        next(data.shuffled_batches(Rows("abc"), 4))
+    assert len(next(data.shuffled_batches(Rows("abc"), 4, drop_last=False))) == 3
+    with pytest.raises(ValueError, match="0 rows"):
+        next(data.shuffled_batches(Rows(), 4, drop_last=False))
+    with pytest.raises(ValueError, match="lengths is empty"):
+        next(data.length_bucketed_chunks(torch.tensor([], dtype=torch.long), 4))

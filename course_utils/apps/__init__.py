@@ -1,4 +1,4 @@
-"""The course's applications, the data sets they read, and two experiments: one module each.
+"""The course's applications, the data sets they read, three experiments and the protocol.
 
 | module          | kind        | what it holds                                                | notebook |
 |-----------------|-------------|--------------------------------------------------------------|----------|
@@ -18,18 +18,20 @@
 | summary_trace   | experiment  | one decoding step of the summariser, traced                  | 08       |
 | contrastive     | experiment  | a tiny CLIP on the scenes' captions                          | 15       |
 | similarity      | experiment  | MiniLM's similarity explained by word; head ablation         | 16, 18   |
+| protocol        | protocol    | what every application offers notebook 12; by difficulty     | 12       |
+| registry        | protocol    | the eight applications (reversal, 07-10, 14-16) behind it    | 12       |
 
-Every **application** offers the same three functions, so notebook 12 can loop over them and
-compare a model with attention against one without on equal terms:
+An **application** module holds its data pipeline, models and measures, with its own
+``make_splits`` / ``build_model(attention)`` / ``evaluate`` taking the options its notebook
+needs (counts, kinds, switches). :mod:`~course_utils.apps.registry` puts each of them, and
+the reversal task of notebooks 01 and 03, behind one protocol
+(:class:`~course_utils.apps.protocol.Application`), so notebook 12 and
+``scripts/compare_attention.py`` loop over all eight alike:
+``APPLICATIONS[name].make_splits(seed, size)``, ``.build_model(attention, splits)``,
+``.train(model, splits, seed, size)``, ``.evaluate(model, data)`` (the primary measure
+first) and ``.difficulty(data)``. ``tests/test_apps_protocol.py`` runs it for every one.
 
-* ``make_splits(...) -> {"train", "val", "test"}``: seeded data whose splits never overlap;
-* ``build_model(attention: bool, **sizes) -> nn.Module``: the application's model with or
-  without attention, otherwise alike (the sequence models follow
-  :mod:`course_utils.decoding`'s protocol; memory, vqa and rationales are classifiers);
-* ``evaluate(model, data) -> dict[str, float]``: the application's own measures on a split.
-
-Their signatures still differ in the sizes and options each takes (see each module). A
-**data set** module generates or loads data for an application;
-an **experiment** is an analysis one notebook runs. The building blocks (everything directly
-in :mod:`course_utils`) never import from here.
+A **data set** module generates or loads data for an application; an **experiment** is an
+analysis one notebook runs. The building blocks (everything directly in
+:mod:`course_utils`) never import from here.
 """

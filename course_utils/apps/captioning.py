@@ -11,7 +11,10 @@ each word it looks at the image again, in one of three ways (``CaptionConfig.att
 * ``"channel"`` (after SE and SCA-CNN, Chen et al., 2017): the same additive attention over
   the ``C`` channels, each scored by its map over the grid: the model picks *which features*
   to read, not where; the context is the mean feature with each channel scaled by its weight;
-* ``"none"``: the mean of the cells' vectors at every step, the baseline without attention.
+* ``"none"``: the mean of the cells' vectors at every step, the baseline without attention;
+* ``"grid"``: no attention either, but a learned linear map of the whole flattened grid (all
+  ``P x C`` numbers) to ``C`` numbers, the same at every step: it keeps where each digit
+  is, which the mean throws away, so it is the fair baseline (notebook 12).
 
 Everything else is shared: the encoder, the LSTM started from the mean feature, the read-out
 ``Linear([h, context])``. Training adds Xu et al.'s *doubly stochastic* term
@@ -45,7 +48,7 @@ from course_utils.decoding import greedy_decode
 from course_utils.metrics import corpus_bleu, exact_match
 
 State = tuple[torch.Tensor, ...]
-KINDS = ("spatial", "channel", "none")
+KINDS = ("spatial", "channel", "none", "grid")
 
 
 @dataclass
@@ -184,7 +187,9 @@ class Captioner(nn.Module):
             self.score = AdditiveScore(c.rnn_dim, c.channels, c.attn_dim)
         elif c.attention == "channel":  # keys: the channels' maps (P numbers each)
             self.score = AdditiveScore(c.rnn_dim, c.grid * c.grid, c.attn_dim)
-        if c.attention != "none":
+        elif c.attention == "grid":  # every cell's vector, in place: P * C numbers -> C
+            self.flat = nn.Linear(c.grid * c.grid * c.channels, c.channels)
+        if c.attention in ("spatial", "channel"):
             self.gate = nn.Linear(c.rnn_dim, 1)  # beta, Xu et al.'s gating scalar
         self.init_h = nn.Linear(c.channels, c.rnn_dim)
         self.init_c = nn.Linear(c.channels, c.rnn_dim)
@@ -197,6 +202,8 @@ class Captioner(nn.Module):
         kind = self.config.attention
         if kind == "none":
             return features.mean(dim=1), None, None  # (B, P, C) -> (B, C)
+        if kind == "grid":
+            return self.flat(features.flatten(1)), None, None  # (B, P * C) -> (B, C)
         read = attend if kind == "spatial" else channel_attend  # over the cells or the channels
         context, weights = read(hidden, features, self.score)
         beta = torch.sigmoid(self.gate(hidden))  # (B, R) -> (B, 1)
@@ -290,11 +297,12 @@ def make_splits(
 
 def build_model(attention: bool, kind: str | None = None, **sizes: int) -> Captioner:
     """The captioner with spatial attention (``attention=True``), without (``False``), or of
-    the given ``kind`` (``"spatial"``, ``"channel"``, ``"none"``); ``sizes`` go to the config."""
+    the given ``kind`` (``"spatial"``, ``"channel"``, ``"none"``, ``"grid"``); ``sizes`` go
+    to the config."""
     if not isinstance(attention, bool):
         raise TypeError(f"attention must be a bool, got {attention!r}")
     kind = kind or ("spatial" if attention else "none")
-    if (kind != "none") != attention:
+    if (kind in ("spatial", "channel")) != attention:
         raise ValueError(f"attention={attention} contradicts kind={kind!r}")
     return Captioner(CaptionConfig.from_vocab(caption_vocab(), attention=kind, **sizes))
 

@@ -1,0 +1,184 @@
+"""The applications protocol: what every application of the course offers notebook 12.
+
+An :class:`Application` bundles one application's data, models, training recipe and
+measures behind the same five calls, so that notebook 12 and ``scripts/compare_attention.py``
+loop over all of them without a branch per application:
+
+* ``make_splits(seed, size)`` -> ``{"train", "val", "test"}``: the application's data at
+  ``size`` ``"full"`` (what its own notebook trains on) or ``"small"`` (a short run on two
+  cores), drawn with ``seed``;
+* ``build_model(attention, splits, **sizes)``: ``True`` (the notebook's attention model),
+  ``False`` (its baseline without attention) or a named variant from ``variants``, such as
+  ``"grid"``, a baseline without attention that keeps every position. ``splits`` is there
+  because a model's vocabulary can come from its data (summarisation's does);
+* ``train(model, splits, seed, size, steps=None)``: the application's :class:`Recipe` (data,
+  not code) run through :func:`~course_utils.training.fit`; every model trained with the
+  same ``seed`` sees the same batches;
+* ``evaluate(model, data)``: the application's own measures, the primary ``metric`` first;
+* ``difficulty(data)``: one number per example, what makes an example hard for a model that
+  must squeeze its input into one vector (input length, digits, facts), and ``subset(data,
+  rows)``, so that :func:`by_difficulty` can measure per level.
+
+:mod:`course_utils.apps.registry` holds the eight applications. Shapes and names follow the
+glossary in :mod:`course_utils`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from course_utils._validate import check_positive
+from course_utils.training import count_parameters, fit, set_seed
+
+SIZES = ("small", "full")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How an application trains: ``steps`` optimiser steps of Adam at ``lr`` on batches of
+    ``batch_size``, the gradient clipped to norm 1; ``decay``: the rate falls linearly
+    towards 0 over the steps (notebooks 01, 03, 07 and 10)."""
+
+    steps: int
+    batch_size: int
+    lr: float
+    decay: bool = False
+
+
+@dataclass(frozen=True)
+class Application:
+    """One application behind the protocol of this module (see its docstring)."""
+
+    name: str
+    notebook: str
+    metric: str  # the primary measure, first in evaluate's dict
+    higher_is_better: bool
+    difficulty_name: str  # what difficulty() counts, e.g. "source length"
+    variants: tuple[str, ...]  # names build_model takes besides True and False
+    recipes: dict[str, Recipe]  # one per size
+    splits_fn: Callable[[int, str], dict] = field(repr=False)
+    build_fn: Callable[..., nn.Module] = field(repr=False)
+    batches_fn: Callable[[object, int, int], Iterator] = field(repr=False)
+    loss_fn: Callable[[nn.Module, object], torch.Tensor] = field(repr=False)
+    evaluate_fn: Callable[[nn.Module, object], dict] = field(repr=False)
+    difficulty_fn: Callable[[object], list[int]] = field(repr=False)
+    subset_fn: Callable[[object, list[int]], object] = field(repr=False)
+
+    def make_splits(self, seed: int = 0, size: str = "full") -> dict:
+        _check_size(size)
+        return self.splits_fn(seed, size)
+
+    def build_model(self, attention: bool | str, splits: dict, **sizes: object) -> nn.Module:
+        if not (isinstance(attention, bool) or attention in self.variants):
+            raise ValueError(
+                f"attention must be True, False or one of {self.variants} for {self.name}, "
+                f"got {attention!r}"
+            )
+        return self.build_fn(attention, splits, **sizes)
+
+    def train(
+        self,
+        model: nn.Module,
+        splits: dict,
+        seed: int = 0,
+        size: str = "full",
+        steps: int | None = None,
+        progress: bool = False,
+    ) -> dict[str, list[float]]:
+        _check_size(size)
+        r = self.recipes[size]
+        steps = r.steps if steps is None else steps
+        batches = self.batches_fn(splits["train"], r.batch_size, seed)
+        schedule = (lambda step: 1 - (step - 1) / steps) if r.decay else None
+        return fit(model, batches, self.loss_fn, steps, lr=r.lr, lr_schedule=schedule,
+                   eval_every=steps, desc=self.name, progress=progress)  # fmt: skip
+
+    def evaluate(self, model: nn.Module, data: object) -> dict[str, float]:
+        scores = self.evaluate_fn(model, data)
+        return {self.metric: scores[self.metric], **scores}
+
+    def difficulty(self, data: object) -> list[int]:
+        return self.difficulty_fn(data)
+
+    def subset(self, data: object, rows: list[int]) -> object:
+        return self.subset_fn(data, rows)
+
+
+def _check_size(size: object) -> None:
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+
+
+def run(
+    app: Application,
+    attention: bool | str,
+    seed: int = 0,
+    size: str = "full",
+    steps: int | None = None,
+    **sizes: object,
+) -> dict:
+    """One cell of notebook 12's table: data, model, training and test measures for one
+    application, one model and one seed -> ``{"metrics", "parameters", "seconds", "model",
+    "splits", "history"}`` (seconds: training only; ``steps``: the recipe's by default)."""
+    splits = app.make_splits(seed, size)
+    set_seed(seed)
+    model = app.build_model(attention, splits, **sizes)
+    start = time.perf_counter()
+    history = app.train(model, splits, seed, size, steps)
+    seconds = time.perf_counter() - start
+    model.eval()
+    return {
+        "metrics": app.evaluate(model, splits["test"]),
+        "parameters": count_parameters(model),
+        "seconds": seconds,
+        "model": model,
+        "splits": splits,
+        "history": history,
+    }
+
+
+def difficulty_groups(levels: list[int], max_groups: int = 5) -> list[tuple[int, int]]:
+    """At most ``max_groups`` ranges ``(lo, hi)`` (both included) of difficulty ``levels``,
+    each holding about as many examples as the others; a level is never split, and with no
+    more levels than groups each level is a group.
+
+    >>> difficulty_groups([2, 2, 3, 3, 4, 4])  # few levels: one group each
+    [(2, 2), (3, 3), (4, 4)]
+    >>> difficulty_groups(list(range(4, 31)) * 2, max_groups=3)
+    [(4, 12), (13, 21), (22, 30)]
+    """
+    check_positive("max_groups", max_groups)
+    if not levels:
+        raise ValueError("levels is empty: one difficulty per example is needed")
+    values = sorted(set(levels))
+    if len(values) <= max_groups:
+        return [(v, v) for v in values]
+    counts = {v: levels.count(v) for v in values}
+    groups, start, held, taken = [], values[0], 0, 0
+    for i, v in enumerate(values):
+        held += counts[v]
+        left = max_groups - len(groups)  # groups still to fill, this one included
+        if held >= (len(levels) - taken) / left or i == len(values) - 1:
+            groups.append((start, v))
+            taken, held = taken + held, 0
+            start = values[i + 1] if i + 1 < len(values) else v
+    return groups
+
+
+def by_difficulty(
+    app: Application, model: nn.Module, data: object, max_groups: int = 5
+) -> list[dict[str, float]]:
+    """The primary measure per group of difficulty (:func:`difficulty_groups`): one
+    ``{"lo", "hi", "examples", app.metric}`` per group, easiest first."""
+    levels = app.difficulty(data)
+    out = []
+    for lo, hi in difficulty_groups(levels, max_groups):
+        rows = [i for i, v in enumerate(levels) if lo <= v <= hi]
+        score = app.evaluate(model, app.subset(data, rows))[app.metric]
+        out.append({"lo": lo, "hi": hi, "examples": len(rows), app.metric: score})
+    return out

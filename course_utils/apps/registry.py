@@ -1,0 +1,327 @@
+"""The eight applications of the course behind the protocol of :mod:`course_utils.apps.protocol`.
+
+:data:`APPLICATIONS` maps a name to its :class:`~course_utils.apps.protocol.Application`: the
+reversal task of notebooks 01 and 03 and the applications of notebooks 07, 08, 09, 10, 14, 15
+and 16, each with its notebook's data sizes, model sizes and recipe as ``"full"`` and a
+shorter ``"small"``. Each application module keeps its own ``make_splits`` / ``build_model``
+/ ``evaluate`` with the options its notebook needs (counts, kinds, switches); the entries
+here call them with the notebooks' settings. Seeds: ``seed`` draws the data (the speech clips
+are stored, so only the training order and the weights move with it) and the batches; the
+weights are drawn in ``build_model``, after :func:`~course_utils.training.set_seed`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from course_utils.apps import (
+    captioning,
+    memory,
+    rationales,
+    speech,
+    summarisation,
+    translation,
+    vqa,
+)
+from course_utils.apps.news import NewsData, news_batches
+from course_utils.apps.protocol import Application, Recipe
+from course_utils.apps.scenes import CaptionData, caption_batches
+from course_utils.apps.stories import StoryData, story_batches
+from course_utils.bahdanau import AttentionSeq2Seq, BahdanauConfig
+from course_utils.data import (
+    SequencePairs,
+    TranslationPairs,
+    Vocab,
+    length_bucketed_batches,
+    letter_vocab,
+)
+from course_utils.data import make_splits as sequence_splits
+from course_utils.metrics import accuracy_by_length
+from course_utils.seq2seq import Seq2Seq, Seq2SeqConfig
+from course_utils.training import seq2seq_loss, set_seed
+
+
+# ---------------------------------------------------------------------------------------
+# The sequence tasks: reversal (notebooks 01, 03) and translation (07)
+# ---------------------------------------------------------------------------------------
+def _gru(attention: bool, src_vocab: Vocab, tgt_vocab: Vocab | None, **sizes) -> nn.Module:
+    sizes = {"emb_dim": 32, "rnn_dim": 64, **sizes}
+    if attention:
+        config = BahdanauConfig.from_vocab(src_vocab, tgt_vocab, **{"attn_dim": 32, **sizes})
+        return AttentionSeq2Seq(config)
+    return Seq2Seq(Seq2SeqConfig.from_vocab(src_vocab, tgt_vocab, **sizes))
+
+
+def _reverse_splits(seed: int, size: str) -> dict:
+    lengths, counts = {"full": (range(4, 31), (20_000, 540, 2_700)),
+                       "small": (range(4, 21), (3_000, 100, 340))}[size]  # fmt: skip
+    return sequence_splits("reverse", lengths, *counts, vocab=letter_vocab(10), seed=seed)
+
+
+def _exact_match(model: nn.Module, data: SequencePairs) -> dict[str, float]:
+    """The share of inputs whose greedy output is exactly right."""
+    by_length = accuracy_by_length(model, data, batch_size=540)
+    counts = {n: int((data.lengths() == n).sum()) for n in by_length}
+    return {"exact_match": sum(by_length[n] * counts[n] for n in counts) / len(data)}
+
+
+def _pairs_subset(data: SequencePairs, rows: list[int]) -> SequencePairs:
+    kept = {"src": [data.src[i] for i in rows], "tgt": [data.tgt[i] for i in rows]}
+    if isinstance(data, TranslationPairs):
+        pairs = [data.pairs[i] for i in rows] if data.pairs else []
+        return TranslationPairs(**kept, vocab=data.vocab, task=data.task, split=data.split,
+                                src_vocab=data.src_vocab, pairs=pairs)  # fmt: skip
+    return SequencePairs(**kept, vocab=data.vocab, task=data.task, split=data.split)
+
+
+def _translation_splits(seed: int, size: str) -> dict:
+    lengths, counts = {"full": (range(4, 31), (6_000, 100, 250)),
+                       "small": (range(4, 21), (2_000, 50, 200))}[size]  # fmt: skip
+    return translation.make_splits(*counts, lengths=lengths, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------
+# Summarisation (08), captioning (09), speech (10)
+# ---------------------------------------------------------------------------------------
+def _summary_splits(seed: int, size: str) -> dict:
+    counts = {"full": (4_000, 100, 800), "small": (1_000, 50, 200)}[size]
+    return summarisation.make_splits(*counts, seed=seed)
+
+
+def _summariser(attention: bool, splits: dict, **sizes) -> nn.Module:
+    sizes = {"emb_dim": 48, "rnn_dim": 64, "attn_dim": 64, **sizes}
+    return summarisation.build_model(attention, splits["train"].vocab, **sizes)
+
+
+def _caption_splits(seed: int, size: str) -> dict:
+    counts = {"full": (4_000, 100, 3_000), "small": (1_000, 50, 300)}[size]
+    return captioning.make_splits(*counts, seed=seed)
+
+
+def _captioner(attention: bool | str, splits: dict, **sizes) -> nn.Module:
+    sizes = {"channels": 64, "emb_dim": 16, "rnn_dim": 128, "attn_dim": 64, **sizes}
+    if attention == "grid":
+        return captioning.build_model(False, "grid", **sizes)
+    return captioning.build_model(attention, **sizes)
+
+
+def _caption_loss(model: nn.Module, batch: object) -> torch.Tensor:
+    lam = 0.001 if model.config.attention == "spatial" else 0.0  # notebook 09's lambda
+    return captioning.caption_loss(model, batch, lam)
+
+
+def _speech_splits(seed: int, size: str) -> dict:
+    splits = speech.make_splits()  # stored clips: the same for every seed
+    if size == "small":
+        splits = {name: data.select(list(range(len(data) // 2))) for name, data in splits.items()}
+    return splits
+
+
+def _speller(attention: bool, splits: dict, **sizes) -> nn.Module:
+    sizes = {"listener_dim": 64, "rnn_dim": 128, "attn_dim": 64, "emb_dim": 16, **sizes}
+    return speech.build_model(attention, **sizes)
+
+
+# ---------------------------------------------------------------------------------------
+# Memory (14), visual questions (15), rationales (16)
+# ---------------------------------------------------------------------------------------
+def _story_splits(seed: int, size: str) -> dict:
+    counts = {"full": (4_000, 100, 600), "small": (2_000, 50, 300)}[size]
+    return memory.make_splits(*counts, seed=seed)
+
+
+def _memn2n(attention: bool, splits: dict, **sizes) -> nn.Module:
+    return memory.build_model(attention, **{"hops": 2, "d_model": 32, **sizes})
+
+
+def _vqa_splits(seed: int, size: str) -> dict:
+    counts = {"full": (8_000, 100, 2_400, 300), "small": (3_000, 50, 500, 50)}[size]
+    splits = vqa.make_splits(*counts, seed=seed)
+    encoder = _scene_encoder(size)
+    for data in splits.values():
+        data.encode(encoder)
+    return {name: splits[name] for name in ("train", "val", "test")}
+
+
+_ENCODERS: dict[str, nn.Module] = {}
+
+
+def _scene_encoder(size: str) -> nn.Module:
+    """The frozen feature extractor every VQA model reads: notebook 09's spatial captioner's
+    CNN, trained once per size with seed 0 (notebook 15 does the same) and kept."""
+    if size not in _ENCODERS:
+        app = APPLICATIONS["captioning"]
+        captions = app.make_splits(0, size)
+        set_seed(0)
+        captioner = app.build_model(True, captions)
+        app.train(captioner, captions, 0, size)
+        _ENCODERS[size] = captioner.encoder.eval()
+    return _ENCODERS[size]
+
+
+def _vqa_model(attention: bool | str, splits: dict, **sizes) -> nn.Module:
+    sizes = {"d_model": 64, "emb_dim": 32, "attn_dim": 64, "num_heads": 4, **sizes}
+    if attention == "grid":
+        return vqa.build_model(False, "grid", **sizes)
+    return vqa.build_model(attention, **sizes)
+
+
+def _vqa_subset(data: object, rows: list[int]) -> object:
+    picked = type(data)(data.scenes, [data.questions[i] for i in rows],
+                        [data.scene_of[i] for i in rows], data.split)  # fmt: skip
+    picked.features = data.features
+    return picked
+
+
+def _rationale_splits(seed: int, size: str) -> dict:
+    counts = {"full": (2_000, 200, 200), "small": (1_000, 100, 200)}[size]
+    return rationales.make_splits(*counts, seed=seed)
+
+
+def _rationale_model(attention: bool, splits: dict, **sizes) -> nn.Module:
+    sizes = {"num_layers": 2, "d_model": 32, "num_heads": 2, "d_ff": 64, **sizes}
+    return rationales.build_model(attention, **sizes)
+
+
+# ---------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------
+def _seq_length(data: SequencePairs) -> list[int]:
+    return [len(s) for s in data.src]
+
+
+APPLICATIONS: dict[str, Application] = {
+    "reverse": Application(
+        "reverse",
+        "01, 03",
+        "exact_match",
+        True,
+        "input length",
+        (),
+        {"full": Recipe(1_000, 64, 5e-3, decay=True), "small": Recipe(300, 64, 5e-3, decay=True)},
+        _reverse_splits,
+        lambda attention, splits, **sizes: _gru(attention, splits["train"].vocab, None, **sizes),
+        length_bucketed_batches,
+        seq2seq_loss,
+        _exact_match,
+        _seq_length,
+        _pairs_subset,
+    ),
+    "translation": Application(
+        "translation",
+        "07",
+        "bleu",
+        True,
+        "source length",
+        (),
+        {"full": Recipe(400, 64, 5e-3, decay=True), "small": Recipe(200, 64, 5e-3, decay=True)},
+        _translation_splits,
+        lambda attention, splits, **sizes: _gru(
+            attention, translation.source_vocab(), translation.target_vocab(), **sizes
+        ),
+        length_bucketed_batches,
+        seq2seq_loss,
+        translation.evaluate,
+        _seq_length,
+        _pairs_subset,
+    ),
+    "summarisation": Application(
+        "summarisation",
+        "08",
+        "rougeL",
+        True,
+        "document length",
+        (),
+        {"full": Recipe(400, 32, 3e-3), "small": Recipe(150, 32, 3e-3)},
+        _summary_splits,
+        _summariser,
+        news_batches,
+        summarisation.summary_loss,
+        summarisation.evaluate,
+        lambda data: [len(r.document) for r in data.reports],
+        lambda data, rows: NewsData([data.reports[i] for i in rows], data.vocab, data.split),
+    ),
+    "captioning": Application(
+        "captioning",
+        "09",
+        "bleu",
+        True,
+        "digits",
+        ("grid",),
+        {"full": Recipe(800, 32, 3e-3), "small": Recipe(200, 32, 3e-3)},
+        _caption_splits,
+        _captioner,
+        caption_batches,
+        _caption_loss,
+        captioning.evaluate,
+        lambda data: [len(s.digits) for s in data.scenes],
+        lambda data, rows: CaptionData([data.scenes[i] for i in rows], data.vocab, data.split),
+    ),
+    "speech": Application(
+        "speech",
+        "10",
+        "cer",
+        False,
+        "characters",
+        (),
+        {"full": Recipe(250, 32, 5e-3, decay=True), "small": Recipe(100, 32, 5e-3, decay=True)},
+        _speech_splits,
+        _speller,
+        lambda data, batch_size, seed: data.batches(batch_size, seed),
+        speech.speech_loss,
+        speech.evaluate,
+        lambda data: [len(t) for t in data.texts],
+        lambda data, rows: data.select(list(rows)),
+    ),
+    "memory": Application(
+        "memory",
+        "14",
+        "accuracy",
+        True,
+        "facts",
+        (),
+        {"full": Recipe(1_500, 32, 1e-2), "small": Recipe(600, 32, 1e-2)},
+        _story_splits,
+        _memn2n,
+        story_batches,
+        memory.story_loss,
+        memory.evaluate,
+        lambda data: [len(s.sentences) for s in data.stories],
+        lambda data, rows: StoryData(
+            [data.stories[i] for i in rows], data.vocab, data.max_sentences
+        ),  # fmt: skip
+    ),
+    "vqa": Application(
+        "vqa",
+        "15",
+        "accuracy",
+        True,
+        "digits",
+        ("grid",),
+        {"full": Recipe(800, 64, 3e-3), "small": Recipe(300, 64, 3e-3)},
+        _vqa_splits,
+        _vqa_model,
+        caption_batches,
+        vqa.vqa_loss,
+        vqa.evaluate,
+        lambda data: [len(data.scenes[i].digits) for i in data.scene_of],
+        _vqa_subset,
+    ),
+    "rationales": Application(
+        "rationales",
+        "16",
+        "accuracy",
+        True,
+        "sentence length",
+        (),
+        {"full": Recipe(600, 64, 3e-3), "small": Recipe(300, 64, 3e-3)},
+        _rationale_splits,
+        _rationale_model,
+        rationales.batches,
+        rationales.loss,
+        rationales.evaluate,
+        lambda data: [len(ex.tokens) for ex in data.examples],
+        lambda data, rows: rationales.encode([data.examples[i] for i in rows], data.vocab),
+    ),
+}
