@@ -151,3 +151,21 @@ def test_by_difficulty_measures_each_group_on_its_own_examples(tiny):
     for r in rows:
         picked = [i for i, v in enumerate(levels) if r["lo"] <= v <= r["hi"]]
         assert r["accuracy"] == app.evaluate(model, app.subset(test, picked))["accuracy"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compare_runs_uses_welchs_standard_error(seed):
+    from scipy import stats
+
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.rand(5, generator=g) + 0.5).tolist()
+    b = torch.rand(4, generator=g).tolist()
+    out = protocol.compare_runs(a, b)
+    t = stats.ttest_ind(a, b, equal_var=False).statistic  # t = difference / standard error
+    assert out["difference"] == pytest.approx(sum(a) / 5 - sum(b) / 4)
+    assert out["standard_error"] == pytest.approx(out["difference"] / t)
+    assert out["beyond_spread"] == (abs(t) > 2)
+    flipped = protocol.compare_runs(b, a, higher_is_better=False)
+    assert flipped["attention_better"] == out["attention_better"]
+    with pytest.raises(ValueError, match="without must hold a number per seed"):
+        protocol.compare_runs(a, [0.5])

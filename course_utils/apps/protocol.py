@@ -25,8 +25,10 @@ glossary in :mod:`course_utils`.
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -182,3 +184,34 @@ def by_difficulty(
         score = app.evaluate(model, app.subset(data, rows))[app.metric]
         out.append({"lo": lo, "hi": hi, "examples": len(rows), app.metric: score})
     return out
+
+
+def compare_runs(
+    with_attention: Sequence[float], without: Sequence[float], higher_is_better: bool = True
+) -> dict[str, float | bool]:
+    """Attention's runs against a baseline's, one value per seed each ->
+    ``{"difference", "standard_error", "beyond_spread", "attention_better"}``.
+
+    ``difference`` is the mean with attention minus the mean without; ``standard_error`` is
+    Welch's, ``sqrt(s1^2 / n1 + s2^2 / n2)`` with each sample's standard deviation ``s``;
+    the difference is ``beyond_spread`` when it exceeds twice that (roughly a 95% interval
+    that excludes zero), and ``attention_better`` says which way it points for a measure
+    where ``higher_is_better`` (or lower, as an error rate).
+
+    >>> out = compare_runs([0.91, 0.93, 0.92], [0.20, 0.25, 0.15])
+    >>> round(out["difference"], 3), round(out["standard_error"], 3), out["beyond_spread"]
+    (0.72, 0.029, True)
+    >>> compare_runs([0.30, 0.25], [0.40, 0.50], higher_is_better=False)["attention_better"]
+    True
+    """
+    for name, values in (("with_attention", with_attention), ("without", without)):
+        if len(values) < 2 or not all(isinstance(v, (int, float)) for v in values):
+            raise ValueError(f"{name} must hold a number per seed, two or more, got {values!r}")
+    difference = statistics.fmean(with_attention) - statistics.fmean(without)
+    se = math.sqrt(sum(statistics.variance(v) / len(v) for v in (with_attention, without)))
+    return {
+        "difference": difference,
+        "standard_error": se,
+        "beyond_spread": abs(difference) > 2 * se,
+        "attention_better": difference != 0 and (difference > 0) == higher_is_better,
+    }

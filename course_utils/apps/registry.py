@@ -39,7 +39,7 @@ from course_utils.data import (
 from course_utils.data import make_splits as sequence_splits
 from course_utils.metrics import accuracy_by_length
 from course_utils.seq2seq import Seq2Seq, Seq2SeqConfig
-from course_utils.training import seq2seq_loss, set_seed
+from course_utils.training import seq2seq_loss, set_seed, train_or_load
 
 
 # ---------------------------------------------------------------------------------------
@@ -94,13 +94,16 @@ def _summariser(attention: bool, splits: dict, **sizes) -> nn.Module:
     return summarisation.build_model(attention, splits["train"].vocab, **sizes)
 
 
+_CAPTION_SIZES = {"channels": 64, "emb_dim": 16, "rnn_dim": 128, "attn_dim": 64}  # notebook 09's
+
+
 def _caption_splits(seed: int, size: str) -> dict:
     counts = {"full": (4_000, 100, 3_000), "small": (1_000, 50, 300)}[size]
     return captioning.make_splits(*counts, seed=seed)
 
 
 def _captioner(attention: bool | str, splits: dict, **sizes) -> nn.Module:
-    sizes = {"channels": 64, "emb_dim": 16, "rnn_dim": 128, "attn_dim": 64, **sizes}
+    sizes = {**_CAPTION_SIZES, **sizes}
     if attention == "grid":
         return captioning.build_model(False, "grid", **sizes)
     return captioning.build_model(attention, **sizes)
@@ -148,14 +151,22 @@ _ENCODERS: dict[str, nn.Module] = {}
 
 
 def _scene_encoder(size: str) -> nn.Module:
-    """The frozen feature extractor every VQA model reads: notebook 09's spatial captioner's
-    CNN, trained once per size with seed 0 (notebook 15 does the same) and kept."""
+    """The frozen feature extractor every VQA model reads: the CNN of notebook 09's spatial
+    captioner, trained with seed 0 once per size and kept in the cache of trained weights
+    (at ``"full"`` under notebook 09's own key, so a run of 09 or 15 has trained it)."""
     if size not in _ENCODERS:
         app = APPLICATIONS["captioning"]
         captions = app.make_splits(0, size)
         set_seed(0)
         captioner = app.build_model(True, captions)
-        app.train(captioner, captions, 0, size)
+        recipe = app.recipes[size]
+        counts = [len(captions["train"]), len(captions["val"]), 300 if size == "full" else 0]
+        config = dict(kind="spatial", splits=[*counts, 0], sizes=_CAPTION_SIZES,
+                      batch=recipe.batch_size, steps=recipe.steps, lr=recipe.lr, lam=0.001,
+                      seed=0)  # fmt: skip
+        train_or_load(captioner, lambda: app.train(captioner, captions, 0, size), config,
+                      modules=["course_utils.apps.scenes"],
+                      name="09-spatial" if size == "full" else "12-scene-encoder")  # fmt: skip
         _ENCODERS[size] = captioner.encoder.eval()
     return _ENCODERS[size]
 
