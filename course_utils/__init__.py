@@ -71,9 +71,9 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | vocabularies, sequence tasks, hash splits, batches, padding masks    | data                | 01, 03, 06, 07, 15       |
 | the base of every model config: sizes and ids from the vocabularies  | config              | -                        |
 | seeding, device, the training loop, losses, schedules, weight cache  | training            | every notebook           |
-| a notebook's asserted learning targets, recorded runs, the rule      | claims              | 01,03-10,13-18           |
+| a notebook's asserted learning targets, recorded runs, the rule      | claims              | 01,03-10,12-18           |
 | running a notebook in nbclient: a limit per cell, no lost wake-ups   | run_notebook        | -                        |
-| greedy and beam search for every model (the start / step protocol)   | decoding            | 01, 03, 06, 07, 09, 10   |
+| greedy and beam search for every model (the start / step protocol)   | decoding            | 01,03,06,07,09,10,12     |
 | exact match, accuracy by length, BLEU, ROUGE, rare words, CER/WER    | metrics             | 01, 03, 06-10            |
 | attention against gold: accuracy, AER, boxes, monotonic over time    | alignment           | 03, 07, 09, 10           |
 | the GRU encoder-decoder (Seq2SeqConfig)                              | seq2seq             | 01, 03, 07               |
@@ -94,9 +94,9 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a fixed character vocabulary, the stdlib's source as text, bigrams   | stdlib_text         | 17                       |
 | decoder-only LM (LMConfig), GQA, the KV cache, sinks, stored models  | language_model      | 17                       |
 | temperature, top-k, top-p (nucleus); generating with a KV cache      | sampling            | 17                       |
-| every matplotlib figure: heatmaps, views, curves, image overlays     | plotting            | all but 05, 10, 13, 17   |
+| every matplotlib figure: heatmaps, views, curves, image overlays     | plotting            | all but 05,10,12,13,17   |
 | every ipywidgets explorer                                            | widgets             | 00, 02, 04, 06, 11, 17   |
-| the applications, their data sets, three experiments, the protocol   | apps                | 07-10, 14-16, 18         |
+| the applications, their data sets, three experiments, the protocol   | apps                | 07-10, 12, 14-16, 18     |
 | a synthetic language pair with gold word alignments                  | apps.translation    | 07                       |
 | a loader for tab-separated sentence-pair files                       | apps.corpus         | 07                       |
 | news-like reports with rare names, a JSON-lines loader, extended ids | apps.news           | 08                       |
@@ -107,15 +107,15 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | spoken digits (stored clips), a WAV-folder loader, log-mel features  | apps.audio          | 10                       |
 | Listen, Attend and Spell: pyramidal listener, speller, CER/WER       | apps.speech         | 10                       |
 | bAbI-like stories with supporting facts, split-disjoint, as ids      | apps.stories        | 14                       |
-| key-value memory read, associative recall, end-to-end memory network | apps.memory         | 14                       |
+| key-value memory read, associative recall, end-to-end memory network | apps.memory         | 12, 14                   |
 | questions about digit scenes: answers, supporting boxes, held out    | apps.questions      | 15                       |
 | VQA: question encoder, stacked glimpses, co-attention, grounding     | apps.vqa            | 15                       |
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                       |
 | the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                       |
 | MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16, 18                   |
-| the protocol every application holds; results by difficulty         | apps.protocol       | -                        |
-| the eight applications behind the protocol, small and full sizes     | apps.registry       | -                        |
-| the exercise-checking harness                                        | exercises           | 01-11, 13-18             |
+| the protocol every application holds; results by difficulty          | apps.protocol       | 12                       |
+| the eight applications behind the protocol, small and full sizes     | apps.registry       | 12                       |
+| the exercise-checking harness                                        | exercises           | 01-18                    |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                       |
 | checkers: masked softmax, attention, additive score, Nadaraya-Watson | exercises.nb02      | 02                       |
 | checkers: attention read, alignment accuracy                         | exercises.nb03      | 03                       |
@@ -131,6 +131,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: key-value read, a memory-network hop, a rule-based reader  | exercises.nb14      | 14                       |
 | checkers: stacked glimpses, left of a digit, peak in any box         | exercises.nb15      | 15                       |
 | checkers: integrated gradients, precision at k, Jensen-Shannon ...   | exercises.nb16      | 16                       |
+| checkers: Welch's standard error, a GRU model's parameters           | exercises.nb12      | 12                       |
 | checkers: heads removed by hand, induction rule, eigenvalue copying  | exercises.nb18      | 18                       |
 | checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                       |
 | student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                        |

@@ -43,7 +43,7 @@ def run_task(task: dict) -> dict:
     """One model, one seed: train, measure, return a JSON-ready record (in a worker)."""
     import torch
 
-    from course_utils.apps.protocol import by_difficulty, run
+    from course_utils.apps.protocol import by_difficulty, reference_groups, run
     from course_utils.apps.registry import APPLICATIONS
     from course_utils.training import count_parameters
 
@@ -52,7 +52,9 @@ def run_task(task: dict) -> dict:
     attention = {"attention": True, "none": False}.get(task["model"], task["model"])
     start = time.perf_counter()
     out = run(app, attention, task["seed"], task["size"], task.get("steps"), **task["sizes"])
-    groups = by_difficulty(app, out["model"], out["splits"]["test"])
+    groups = by_difficulty(
+        app, out["model"], out["splits"]["test"], reference_groups(app, task["size"])
+    )
     return {
         **task,
         "metric": app.metric,
@@ -143,6 +145,8 @@ def summarise(records: list[dict]) -> dict:
                 "parameters": runs[0]["parameters"],
                 "train_seconds": statistics.median(r["train_seconds"] for r in runs),
                 "by_difficulty": mean_by_difficulty(runs),
+                "all_metrics": {k: statistics.fmean(r["metrics"][k] for r in runs)
+                                for k in runs[0]["metrics"]},  # fmt: skip
             }
         if "attention" in rows:
             for tag, row in rows.items():
@@ -160,7 +164,7 @@ def summarise(records: list[dict]) -> dict:
 
 
 def mean_by_difficulty(runs: list[dict]) -> list[dict]:
-    """The per-group measure averaged over seeds (the groups are the same when the data is)."""
+    """The per-group measure averaged over seeds (every run uses the same groups)."""
     groups = {}
     for r in runs:
         for g in r["by_difficulty"]:
@@ -211,7 +215,7 @@ def main() -> None:
     if not args.no_equal_cost:
         for app in [a for a in apps if a in EQUAL_COST]:
             execute(equal_cost_tasks(records, app, args.seeds, args.size))
-    mine = [r for r in records if r["size"] == args.size and r["app"] in apps]
+    mine = [r for r in records if r["size"] == args.size]  # every application run so far
     summary = {
         "size": args.size,
         "seeds": args.seeds,

@@ -58,7 +58,7 @@ def test_an_application_holds_the_protocol(name, tiny):
         torch.manual_seed(0)
         model = app.build_model(attention, splits)
         history = app.train(model, splits, seed=0, size="small", steps=2)
-        assert len(history["train_loss"]) == 1 and math.isfinite(history["train_loss"][0])
+        assert len(history["train_loss"]) == 2 and all(map(math.isfinite, history["train_loss"]))
         scores = app.evaluate(model.eval(), splits["test"])
         assert next(iter(scores)) == app.metric, "the primary measure comes first"
         assert all(isinstance(v, float) for v in scores.values()), scores
@@ -119,7 +119,7 @@ def test_run_reports_the_measures_the_size_and_the_time():
     out = protocol.run(APPLICATIONS["memory"], False, seed=0, size="small", steps=2)
     assert next(iter(out["metrics"])) == "accuracy"
     assert out["parameters"] == sum(p.numel() for p in out["model"].parameters())
-    assert out["seconds"] > 0 and len(out["history"]["train_loss"]) == 1
+    assert out["seconds"] > 0 and len(out["history"]["train_loss"]) == 2  # a point a step
     assert not out["model"].training
 
 
@@ -169,3 +169,14 @@ def test_compare_runs_uses_welchs_standard_error(seed):
     assert flipped["attention_better"] == out["attention_better"]
     with pytest.raises(ValueError, match="without must hold a number per seed"):
         protocol.compare_runs(a, [0.5])
+
+
+def test_reference_groups_come_from_seed_0_and_hold_for_other_seeds():
+    app = APPLICATIONS["memory"]
+    groups = protocol.reference_groups(app, "small")
+    seed0 = app.difficulty(app.make_splits(0, "small")["test"])
+    assert groups == protocol.difficulty_groups(seed0)
+    assert protocol.reference_groups(app, "small") is groups  # computed once
+    other = app.difficulty(app.make_splits(3, "small")["test"])
+    inside = sum(any(lo <= v <= hi for lo, hi in groups) for v in other)
+    assert inside >= 0.95 * len(other)  # the same generator: nearly every level is covered

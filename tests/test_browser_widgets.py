@@ -53,6 +53,7 @@ WIDGET_NOTEBOOKS = [
     "09_image_captioning.ipynb",
     "10_speech_recognition.ipynb",
     "11_visualising_attention.ipynb",
+    "12_with_and_without_attention.ipynb",
     "13_efficient_attention.ipynb",
     "14_attention_as_memory.ipynb",
     "15_multimodal_attention.ipynb",

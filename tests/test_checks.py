@@ -1,11 +1,14 @@
 """Exercise checkers pass the reference, fail wrong answers, and say what went wrong."""
 
+import math
+import statistics
+
 import numpy as np
 import pytest
 import torch
 
 from course_utils import attention, exercises, metrics
-from course_utils.exercises import nb01, nb02, nb08, nb09, nb10, nb11, nb14, nb15, nb16, nb18
+from course_utils.exercises import nb01, nb02, nb08, nb09, nb10, nb11, nb12, nb14, nb15, nb16, nb18
 
 
 def test_reference_solutions_pass(capsys):
@@ -317,6 +320,16 @@ def _peak_in_any_box(weights, boxes, image_size, first_only=False):
 
 
 # Each exercise checker: an independent correct answer passes, a classic mistake fails.
+def _welch(a, b, population=False):
+    var = statistics.pvariance if population else statistics.variance
+    return statistics.fmean(a) - statistics.fmean(b), math.sqrt(var(a) / len(a) + var(b) / len(b))
+
+
+def _gru_parameters(V, E, R):
+    gru = 3 * (E * R + R * R) + 6 * R  # three gates: input and state weights, two biases each
+    return 2 * (V * E + gru) + R * V + V
+
+
 EXERCISES = [
     (nb16.check_integrated_gradients, _integrated_gradients, _left_riemann_ig),
     (
@@ -381,6 +394,12 @@ EXERCISES = [
         nb15.check_peak_in_any_box,
         _peak_in_any_box,
         lambda w, b, s: _peak_in_any_box(w, b, s, first_only=True),
+    ),
+    (nb12.check_welch, _welch, lambda a, b: _welch(a, b, population=True)),  # divides by n
+    (
+        nb12.check_gru_parameters,
+        _gru_parameters,
+        lambda V, E, R: _gru_parameters(V, E, R) - 3 * R,  # one bias vector per gate, not two
     ),
     (nb14.check_sharp_read, _read, lambda q, k, v, beta: _read(q, k, v, 1.0)),  # ignores beta
     (

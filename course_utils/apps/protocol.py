@@ -17,7 +17,8 @@ loop over all of them without a branch per application:
 * ``evaluate(model, data)``: the application's own measures, the primary ``metric`` first;
 * ``difficulty(data)``: one number per example, what makes an example hard for a model that
   must squeeze its input into one vector (input length, digits, facts), and ``subset(data,
-  rows)``, so that :func:`by_difficulty` can measure per level.
+  rows)``, so that :func:`by_difficulty` can measure per level (in the groups of
+  :func:`reference_groups`, the same for every seed).
 
 :mod:`course_utils.apps.registry` holds the eight applications. Shapes and names follow the
 glossary in :mod:`course_utils`.
@@ -98,7 +99,7 @@ class Application:
         batches = self.batches_fn(splits["train"], r.batch_size, seed)
         schedule = (lambda step: 1 - (step - 1) / steps) if r.decay else None
         return fit(model, batches, self.loss_fn, steps, lr=r.lr, lr_schedule=schedule,
-                   eval_every=steps, desc=self.name, progress=progress)  # fmt: skip
+                   eval_every=max(1, steps // 20), desc=self.name, progress=progress)  # fmt: skip
 
     def evaluate(self, model: nn.Module, data: object) -> dict[str, float]:
         scores = self.evaluate_fn(model, data)
@@ -172,17 +173,36 @@ def difficulty_groups(levels: list[int], max_groups: int = 5) -> list[tuple[int,
     return groups
 
 
+_REFERENCE_GROUPS: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+
+
+def reference_groups(app: Application, size: str, max_groups: int = 5) -> list[tuple[int, int]]:
+    """The difficulty groups of seed 0's test split (:func:`difficulty_groups`), the same for
+    every seed, so that measures per group can be averaged over seeds; computed once."""
+    key = (app.name, size, max_groups)
+    if key not in _REFERENCE_GROUPS:
+        test = app.make_splits(0, size)["test"]
+        _REFERENCE_GROUPS[key] = difficulty_groups(app.difficulty(test), max_groups)
+    return _REFERENCE_GROUPS[key]
+
+
 def by_difficulty(
-    app: Application, model: nn.Module, data: object, max_groups: int = 5
+    app: Application,
+    model: nn.Module,
+    data: object,
+    groups: list[tuple[int, int]] | None = None,
+    max_groups: int = 5,
 ) -> list[dict[str, float]]:
-    """The primary measure per group of difficulty (:func:`difficulty_groups`): one
-    ``{"lo", "hi", "examples", app.metric}`` per group, easiest first."""
+    """The primary measure per group of difficulty: one ``{"lo", "hi", "examples",
+    app.metric}`` per group ``(lo, hi)`` of ``groups`` (default: :func:`difficulty_groups`
+    of ``data``'s own levels) that holds an example, easiest first."""
     levels = app.difficulty(data)
     out = []
-    for lo, hi in difficulty_groups(levels, max_groups):
+    for lo, hi in groups if groups is not None else difficulty_groups(levels, max_groups):
         rows = [i for i, v in enumerate(levels) if lo <= v <= hi]
-        score = app.evaluate(model, app.subset(data, rows))[app.metric]
-        out.append({"lo": lo, "hi": hi, "examples": len(rows), app.metric: score})
+        if rows:
+            score = app.evaluate(model, app.subset(data, rows))[app.metric]
+            out.append({"lo": lo, "hi": hi, "examples": len(rows), app.metric: score})
     return out
 
 

@@ -55,7 +55,7 @@ def _gru(attention: bool, src_vocab: Vocab, tgt_vocab: Vocab | None, **sizes) ->
 
 def _reverse_splits(seed: int, size: str) -> dict:
     lengths, counts = {"full": (range(4, 31), (20_000, 540, 2_700)),
-                       "small": (range(4, 21), (3_000, 100, 340))}[size]  # fmt: skip
+                       "small": (range(4, 16), (3_000, 100, 340))}[size]  # fmt: skip
     return sequence_splits("reverse", lengths, *counts, vocab=letter_vocab(10), seed=seed)
 
 
@@ -89,9 +89,14 @@ def _summary_splits(seed: int, size: str) -> dict:
     return summarisation.make_splits(*counts, seed=seed)
 
 
-def _summariser(attention: bool, splits: dict, **sizes) -> nn.Module:
+def _summariser(attention: bool | str, splits: dict, **sizes) -> nn.Module:
+    """``True``: the pointer-generator (its copying is attention too); ``"no pointer"``:
+    attention without copying, notebook 08's baseline; ``False``: neither."""
     sizes = {"emb_dim": 48, "rnn_dim": 64, "attn_dim": 64, **sizes}
-    return summarisation.build_model(attention, splits["train"].vocab, **sizes)
+    vocab = splits["train"].vocab
+    if attention == "no pointer":
+        return summarisation.build_model(True, vocab, pointer=False, **sizes)
+    return summarisation.build_model(attention, vocab, **sizes)
 
 
 _CAPTION_SIZES = {"channels": 64, "emb_dim": 16, "rnn_dim": 128, "attn_dim": 64}  # notebook 09's
@@ -204,135 +209,86 @@ def _seq_length(data: SequencePairs) -> list[int]:
 
 APPLICATIONS: dict[str, Application] = {
     "reverse": Application(
-        "reverse",
-        "01, 03",
-        "exact_match",
-        True,
-        "input length",
-        (),
-        {"full": Recipe(1_000, 64, 5e-3, decay=True), "small": Recipe(300, 64, 5e-3, decay=True)},
-        _reverse_splits,
-        lambda attention, splits, **sizes: _gru(attention, splits["train"].vocab, None, **sizes),
-        length_bucketed_batches,
-        seq2seq_loss,
-        _exact_match,
-        _seq_length,
-        _pairs_subset,
+        name="reverse", notebook="01, 03", metric="exact_match", higher_is_better=True,
+        difficulty_name="input length", variants=(),
+        recipes={"full": Recipe(1_000, 64, 5e-3, decay=True),
+                 "small": Recipe(400, 64, 5e-3, decay=True)},
+        splits_fn=_reverse_splits,
+        build_fn=lambda attention, splits, **sizes: _gru(
+            attention, splits["train"].vocab, None, **sizes),
+        batches_fn=length_bucketed_batches, loss_fn=seq2seq_loss, evaluate_fn=_exact_match,
+        difficulty_fn=_seq_length, subset_fn=_pairs_subset,
     ),
     "translation": Application(
-        "translation",
-        "07",
-        "bleu",
-        True,
-        "source length",
-        (),
-        {"full": Recipe(400, 64, 5e-3, decay=True), "small": Recipe(200, 64, 5e-3, decay=True)},
-        _translation_splits,
-        lambda attention, splits, **sizes: _gru(
-            attention, translation.source_vocab(), translation.target_vocab(), **sizes
-        ),
-        length_bucketed_batches,
-        seq2seq_loss,
-        translation.evaluate,
-        _seq_length,
-        _pairs_subset,
+        name="translation", notebook="07", metric="bleu", higher_is_better=True,
+        difficulty_name="source length", variants=(),
+        recipes={"full": Recipe(400, 64, 5e-3, decay=True),
+                 "small": Recipe(200, 64, 5e-3, decay=True)},
+        splits_fn=_translation_splits,
+        build_fn=lambda attention, splits, **sizes: _gru(
+            attention, translation.source_vocab(), translation.target_vocab(), **sizes),
+        batches_fn=length_bucketed_batches, loss_fn=seq2seq_loss,
+        evaluate_fn=translation.evaluate, difficulty_fn=_seq_length, subset_fn=_pairs_subset,
     ),
     "summarisation": Application(
-        "summarisation",
-        "08",
-        "rougeL",
-        True,
-        "document length",
-        (),
-        {"full": Recipe(400, 32, 3e-3), "small": Recipe(150, 32, 3e-3)},
-        _summary_splits,
-        _summariser,
-        news_batches,
-        summarisation.summary_loss,
-        summarisation.evaluate,
-        lambda data: [len(r.document) for r in data.reports],
-        lambda data, rows: NewsData([data.reports[i] for i in rows], data.vocab, data.split),
+        name="summarisation", notebook="08", metric="rougeL", higher_is_better=True,
+        difficulty_name="document length", variants=("no pointer",),
+        recipes={"full": Recipe(400, 32, 3e-3), "small": Recipe(150, 32, 3e-3)},
+        splits_fn=_summary_splits, build_fn=_summariser, batches_fn=news_batches,
+        loss_fn=summarisation.summary_loss, evaluate_fn=summarisation.evaluate,
+        difficulty_fn=lambda data: [len(r.document) for r in data.reports],
+        subset_fn=lambda data, rows: NewsData(
+            [data.reports[i] for i in rows], data.vocab, data.split),
     ),
     "captioning": Application(
-        "captioning",
-        "09",
-        "bleu",
-        True,
-        "digits",
-        ("grid",),
-        {"full": Recipe(800, 32, 3e-3), "small": Recipe(200, 32, 3e-3)},
-        _caption_splits,
-        _captioner,
-        caption_batches,
-        _caption_loss,
-        captioning.evaluate,
-        lambda data: [len(s.digits) for s in data.scenes],
-        lambda data, rows: CaptionData([data.scenes[i] for i in rows], data.vocab, data.split),
+        name="captioning", notebook="09", metric="exact_match", higher_is_better=True,
+        difficulty_name="digits", variants=("grid",),
+        recipes={"full": Recipe(800, 32, 3e-3), "small": Recipe(200, 32, 3e-3)},
+        splits_fn=_caption_splits, build_fn=_captioner, batches_fn=caption_batches,
+        loss_fn=_caption_loss, evaluate_fn=captioning.evaluate,
+        difficulty_fn=lambda data: [len(s.digits) for s in data.scenes],
+        subset_fn=lambda data, rows: CaptionData(
+            [data.scenes[i] for i in rows], data.vocab, data.split),
     ),
     "speech": Application(
-        "speech",
-        "10",
-        "cer",
-        False,
-        "characters",
-        (),
-        {"full": Recipe(250, 32, 5e-3, decay=True), "small": Recipe(100, 32, 5e-3, decay=True)},
-        _speech_splits,
-        _speller,
-        lambda data, batch_size, seed: data.batches(batch_size, seed),
-        speech.speech_loss,
-        speech.evaluate,
-        lambda data: [len(t) for t in data.texts],
-        lambda data, rows: data.select(list(rows)),
+        name="speech", notebook="10", metric="cer", higher_is_better=False,
+        difficulty_name="characters", variants=(),
+        recipes={"full": Recipe(250, 32, 5e-3, decay=True),
+                 "small": Recipe(100, 32, 5e-3, decay=True)},
+        splits_fn=_speech_splits, build_fn=_speller,
+        batches_fn=lambda data, batch_size, seed: data.batches(batch_size, seed),
+        loss_fn=speech.speech_loss, evaluate_fn=speech.evaluate,
+        difficulty_fn=lambda data: [len(t) for t in data.texts],
+        subset_fn=lambda data, rows: data.select(list(rows)),
     ),
     "memory": Application(
-        "memory",
-        "14",
-        "accuracy",
-        True,
-        "facts",
-        (),
-        {"full": Recipe(1_500, 32, 1e-2), "small": Recipe(600, 32, 1e-2)},
-        _story_splits,
-        _memn2n,
-        story_batches,
-        memory.story_loss,
-        memory.evaluate,
-        lambda data: [len(s.sentences) for s in data.stories],
-        lambda data, rows: StoryData(
-            [data.stories[i] for i in rows], data.vocab, data.max_sentences
-        ),  # fmt: skip
+        name="memory", notebook="14", metric="accuracy", higher_is_better=True,
+        difficulty_name="facts", variants=(),
+        recipes={"full": Recipe(1_500, 32, 1e-2), "small": Recipe(600, 32, 1e-2)},
+        splits_fn=_story_splits, build_fn=_memn2n, batches_fn=story_batches,
+        loss_fn=memory.story_loss, evaluate_fn=memory.evaluate,
+        difficulty_fn=lambda data: [len(s.sentences) for s in data.stories],
+        subset_fn=lambda data, rows: StoryData(
+            [data.stories[i] for i in rows], data.vocab, data.max_sentences),
     ),
     "vqa": Application(
-        "vqa",
-        "15",
-        "accuracy",
-        True,
-        "digits",
-        ("grid",),
-        {"full": Recipe(800, 64, 3e-3), "small": Recipe(300, 64, 3e-3)},
-        _vqa_splits,
-        _vqa_model,
-        caption_batches,
-        vqa.vqa_loss,
-        vqa.evaluate,
-        lambda data: [len(data.scenes[i].digits) for i in data.scene_of],
-        _vqa_subset,
+        name="vqa", notebook="15", metric="accuracy", higher_is_better=True,
+        difficulty_name="digits", variants=("grid",),
+        recipes={"full": Recipe(800, 64, 3e-3), "small": Recipe(300, 64, 3e-3)},
+        splits_fn=_vqa_splits, build_fn=_vqa_model, batches_fn=caption_batches,
+        loss_fn=vqa.vqa_loss, evaluate_fn=vqa.evaluate,
+        difficulty_fn=lambda data: [len(data.scenes[i].digits) for i in data.scene_of],
+        subset_fn=_vqa_subset,
     ),
     "rationales": Application(
-        "rationales",
-        "16",
-        "accuracy",
-        True,
-        "sentence length",
-        (),
-        {"full": Recipe(600, 64, 3e-3), "small": Recipe(300, 64, 3e-3)},
-        _rationale_splits,
-        _rationale_model,
-        rationales.batches,
-        rationales.loss,
-        rationales.evaluate,
-        lambda data: [len(ex.tokens) for ex in data.examples],
-        lambda data, rows: rationales.encode([data.examples[i] for i in rows], data.vocab),
+        name="rationales", notebook="16", metric="accuracy", higher_is_better=True,
+        difficulty_name="sentence length", variants=(),
+        recipes={"full": Recipe(600, 64, 3e-3), "small": Recipe(300, 64, 3e-3)},
+        splits_fn=_rationale_splits, build_fn=_rationale_model,
+        batches_fn=rationales.batches, loss_fn=rationales.loss,
+        evaluate_fn=rationales.evaluate,
+        difficulty_fn=lambda data: [len(ex.tokens) for ex in data.examples],
+        subset_fn=lambda data, rows: rationales.encode(
+            [data.examples[i] for i in rows], data.vocab),
     ),
-}
+}  # fmt: skip
