@@ -6,7 +6,8 @@ with the application's recipe, measures it on the test split (overall and per le
 difficulty) and appends the result to a JSON-lines file as soon as it finishes, so a stop
 loses at most the runs under way and a second call carries on where the first stopped. At
 the end it writes the summary (mean, spread, difference, whether the difference exceeds the
-spread) to ``--out``. Two equal-cost runs per seed for the reversal task and translation:
+spread) to ``--out`` (default ``benchmarks/comparison-SIZE.json``; ``benchmarks/results/``
+holds the notebooks' recorded targets only). Two equal-cost runs per seed for the reversal task and translation:
 the model without attention made as large as the one with it (``rnn_dim``), and trained for
 as long as the one with it took (its steps scaled by the measured time ratio).
 
@@ -145,8 +146,9 @@ def summarise(records: list[dict]) -> dict:
                 "parameters": runs[0]["parameters"],
                 "train_seconds": statistics.median(r["train_seconds"] for r in runs),
                 "by_difficulty": mean_by_difficulty(runs),
-                "all_metrics": {k: statistics.fmean(r["metrics"][k] for r in runs)
-                                for k in runs[0]["metrics"]},  # fmt: skip
+                "all_metrics": {
+                    k: statistics.fmean(r["metrics"][k] for r in runs) for k in runs[0]["metrics"]
+                },  # fmt: skip
             }
         if "attention" in rows:
             for tag, row in rows.items():
@@ -183,13 +185,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--no-equal-cost", action="store_true")
     parser.add_argument("--out", type=Path, default=None,
-                        help="default: benchmarks/results/comparison-SIZE.json")  # fmt: skip
+                        help="default: benchmarks/comparison-SIZE.json")  # fmt: skip
     args = parser.parse_args()
 
     from course_utils.apps.registry import APPLICATIONS
 
     apps = args.apps or list(APPLICATIONS)
-    out = args.out or ROOT / "benchmarks" / "results" / f"comparison-{args.size}.json"
+    out = args.out or ROOT / "benchmarks" / f"comparison-{args.size}.json"
     runs_file = out.with_suffix(".runs.jsonl")
     records = [json.loads(line) for line in runs_file.read_text().splitlines()] if (
         runs_file.exists()
