@@ -113,7 +113,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | a tiny CLIP: dual encoder, contrastive loss, caption -> scene search | apps.contrastive    | 15                       |
 | the rationale task, an attention-pooling classifier, 5 attributions  | apps.rationales     | 16                       |
 | MiniLM's similarity explained by word, a graded benchmark, ablation  | apps.similarity     | 16, 18                   |
-| the protocol every application holds; results by difficulty          | apps.protocol       | 12                       |
+| the protocol every application holds; runs, records, table rows      | apps.protocol       | 12                       |
 | the eight applications behind the protocol, small and full sizes     | apps.registry       | 12                       |
 | the exercise-checking harness                                        | exercises           | 01-18                    |
 | checkers: GRU step, exact match                                      | exercises.nb01      | 01                       |

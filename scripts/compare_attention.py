@@ -36,37 +36,19 @@ def variants_of(app: object) -> list:
     return [True, False, *app.variants]
 
 
-def label(attention: bool | str) -> str:
-    return {True: "attention", False: "none"}.get(attention, attention)
-
-
 def run_task(task: dict) -> dict:
     """One model, one seed: train, measure, return a JSON-ready record (in a worker)."""
     import torch
 
-    from course_utils.apps.protocol import by_difficulty, reference_groups, run
+    from course_utils.apps.protocol import record, run
     from course_utils.apps.registry import APPLICATIONS
-    from course_utils.training import count_parameters
 
     torch.set_num_threads(1)
     app = APPLICATIONS[task["app"]]
     attention = {"attention": True, "none": False}.get(task["model"], task["model"])
     start = time.perf_counter()
     out = run(app, attention, task["seed"], task["size"], task.get("steps"), **task["sizes"])
-    groups = by_difficulty(
-        app, out["model"], out["splits"]["test"], reference_groups(app, task["size"])
-    )
-    return {
-        **task,
-        "metric": app.metric,
-        "value": out["metrics"][app.metric],
-        "metrics": out["metrics"],
-        "parameters": count_parameters(out["model"]),
-        "train_seconds": out["seconds"],
-        "seconds": time.perf_counter() - start,
-        "by_difficulty": groups,
-        "final_train_loss": out["history"]["train_loss"][-1],
-    }
+    return {**task, **record(app, out), "seconds": time.perf_counter() - start}
 
 
 def key(task: dict) -> tuple:
@@ -74,6 +56,7 @@ def key(task: dict) -> tuple:
 
 
 def base_tasks(apps: list[str], seeds: list[int], size: str) -> list[dict]:
+    from course_utils.apps.protocol import label
     from course_utils.apps.registry import APPLICATIONS
 
     return [
@@ -121,60 +104,27 @@ def matching_rnn_dim(app: str, target: int, size: str) -> int:
 
 
 def summarise(records: list[dict]) -> dict:
-    """Per application and model: mean, spread and each seed's value, and for each model
-    without attention :func:`~course_utils.apps.protocol.compare_runs` against attention."""
-    from course_utils.apps.protocol import compare_runs
+    """Per application: its measure and, per model (the equal-cost runs named by their cost),
+    :func:`course_utils.apps.protocol.summarise` of its runs."""
+    from course_utils.apps import protocol
     from course_utils.apps.registry import APPLICATIONS
 
     out = {}
     for name in dict.fromkeys(r["app"] for r in records):
         app = APPLICATIONS[name]
-        models = {}
+        models: dict[str, list[dict]] = {}
         for r in records:
-            if r["app"] != name:
-                continue
-            tag = r["model"] if r["cost"] == "equal steps" else f"{r['model']}, {r['cost']}"
-            models.setdefault(tag, []).append(r)
-        rows = {}
-        for tag, runs in models.items():
-            values = [r["value"] for r in sorted(runs, key=lambda r: r["seed"])]
-            rows[tag] = {
-                "seeds": sorted(r["seed"] for r in runs),
-                "values": values,
-                "mean": statistics.fmean(values),
-                "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                "parameters": runs[0]["parameters"],
-                "train_seconds": statistics.median(r["train_seconds"] for r in runs),
-                "by_difficulty": mean_by_difficulty(runs),
-                "all_metrics": {
-                    k: statistics.fmean(r["metrics"][k] for r in runs) for k in runs[0]["metrics"]
-                },  # fmt: skip
-            }
-        if "attention" in rows:
-            for tag, row in rows.items():
-                if tag != "attention" and len(row["values"]) > 1:
-                    row.update(compare_runs(rows["attention"]["values"], row["values"],
-                                            app.higher_is_better))  # fmt: skip
+            if r["app"] == name:
+                tag = r["model"] if r["cost"] == "equal steps" else f"{r['model']}, {r['cost']}"
+                models.setdefault(tag, []).append(r)
         out[name] = {
             "metric": app.metric,
             "higher_is_better": app.higher_is_better,
             "difficulty": app.difficulty_name,
             "notebook": app.notebook,
-            "models": rows,
+            "models": protocol.summarise(app, models),
         }
     return out
-
-
-def mean_by_difficulty(runs: list[dict]) -> list[dict]:
-    """The per-group measure averaged over seeds (every run uses the same groups)."""
-    groups = {}
-    for r in runs:
-        for g in r["by_difficulty"]:
-            groups.setdefault((g["lo"], g["hi"]), []).append(g[r["metric"]])
-    return [
-        {"lo": lo, "hi": hi, "mean": statistics.fmean(v), "runs": len(v)}
-        for (lo, hi), v in sorted(groups.items())
-    ]
 
 
 def main() -> None:

@@ -180,3 +180,64 @@ def test_reference_groups_come_from_seed_0_and_hold_for_other_seeds():
     other = app.difficulty(app.make_splits(3, "small")["test"])
     inside = sum(any(lo <= v <= hi for lo, hi in groups) for v in other)
     assert inside >= 0.95 * len(other)  # the same generator: nearly every level is covered
+
+
+def test_a_record_is_the_run_measured_and_json_ready():
+    import json
+
+    app = APPLICATIONS["memory"]
+    out = protocol.run(app, False, seed=2, size="small", steps=2)
+    rec = protocol.record(app, out)
+    assert json.loads(json.dumps(rec)) == rec  # nothing but JSON
+    assert (rec["app"], rec["model"], rec["seed"], rec["size"]) == ("memory", "none", 2, "small")
+    assert rec["value"] == out["metrics"]["accuracy"] == rec["metrics"]["accuracy"]
+    groups = protocol.reference_groups(app, "small")
+    assert [(g["lo"], g["hi"]) for g in rec["by_difficulty"]] == [
+        (lo, hi)
+        for lo, hi in groups
+        if any(lo <= v <= hi for v in app.difficulty(out["splits"]["test"]))
+    ]
+    with pytest.raises(ValueError, match="not of 'reverse'"):
+        protocol.record(APPLICATIONS["reverse"], out)
+    assert [protocol.label(a) for a in (True, False, "grid")] == ["attention", "none", "grid"]
+    with pytest.raises(TypeError, match="attention must be a bool"):
+        protocol.label(1)
+
+
+def _fake(app, model, seed, value, groups):
+    # a record as protocol.record writes it, with chosen figures
+    return {"app": app.name, "model": model, "seed": seed, "value": value,
+            "metrics": {app.metric: value, "other": 2 * value}, "parameters": 10 + len(model),
+            "train_seconds": float(seed + 1),
+            "by_difficulty": [{"lo": lo, "hi": hi, app.metric: v} for lo, hi, v in groups]}  # fmt: skip
+
+
+def test_summarise_averages_over_seeds_and_compares_with_attention():
+    import statistics
+
+    app = APPLICATIONS["speech"]  # lower is better: the comparison must know
+    att = [_fake(app, "attention", s, v, [(1, 2, v), (3, 4, 2 * v)])
+           for s, v in [(2, 0.1), (0, 0.2), (1, 0.15)]]  # fmt: skip
+    none = [_fake(app, "none", s, v, [(1, 2, v)]) for s, v in [(0, 0.4), (1, 0.5), (2, 0.3)]]
+    rows = protocol.summarise(app, {"attention": att, "none": none})
+    a, n = rows["attention"], rows["none"]
+    assert a["seeds"] == [0, 1, 2] and a["values"] == [0.2, 0.15, 0.1]  # in seed order
+    assert a["mean"] == pytest.approx(0.15) and a["std"] == pytest.approx(0.05)
+    assert a["train_seconds"] == 2.0 and n["parameters"] == 14
+    assert a["by_difficulty"] == [
+        {"lo": 1, "hi": 2, "mean": pytest.approx(0.15), "runs": 3},
+        {"lo": 3, "hi": 4, "mean": pytest.approx(0.3), "runs": 3},
+    ]
+    assert a["all_metrics"]["other"] == pytest.approx(0.3)
+    assert "difference" not in a
+    assert n["difference"] == pytest.approx(0.15 - 0.4)
+    assert n["attention_better"]  # a lower error rate
+    assert n["standard_error"] == pytest.approx(
+        (statistics.variance(a["values"]) / 3 + statistics.variance(n["values"]) / 3) ** 0.5
+    )
+    one = protocol.summarise(app, {"attention": att[:1], "none": none})
+    assert one["attention"]["std"] == 0.0 and "difference" not in one["none"]
+    with pytest.raises(ValueError, match=r"runs\['none'\] must hold one or more records"):
+        protocol.summarise(app, {"attention": att, "none": []})
+    with pytest.raises(ValueError, match="of 'speech'"):
+        protocol.summarise(app, {"none": [_fake(APPLICATIONS["memory"], "none", 0, 0.5, [])]})

@@ -20,6 +20,12 @@ loop over all of them without a branch per application:
   rows)``, so that :func:`by_difficulty` can measure per level (in the groups of
   :func:`reference_groups`, the same for every seed).
 
+One cell of notebook 12's table is :func:`run` (one application, one model, one seed, the
+recipe's steps or more); :func:`record` measures it (overall and per level of difficulty)
+into a JSON-ready record, and :func:`summarise` turns the records of several seeds into the
+table's rows (mean, spread, parameters, seconds, :func:`compare_runs` against attention), for
+the notebook's live table and the script's recorded one alike.
+
 :mod:`course_utils.apps.registry` holds the eight applications. Shapes and names follow the
 glossary in :mod:`course_utils`.
 """
@@ -127,7 +133,9 @@ def run(
 ) -> dict:
     """One cell of notebook 12's table: data, model, training and test measures for one
     application, one model and one seed -> ``{"metrics", "parameters", "seconds", "model",
-    "splits", "history"}`` (seconds: training only; ``steps``: the recipe's by default)."""
+    "splits", "history"}`` and what named it (``"application"``, ``"model_name"`` as
+    :func:`label` writes it, ``"seed"``, ``"size"``); seconds: training only; ``steps``: the
+    recipe's by default."""
     splits = app.make_splits(seed, size)
     set_seed(seed)
     model = app.build_model(attention, splits, **sizes)
@@ -136,6 +144,10 @@ def run(
     seconds = time.perf_counter() - start
     model.eval()
     return {
+        "application": app.name,
+        "model_name": label(attention),
+        "seed": seed,
+        "size": size,
         "metrics": app.evaluate(model, splits["test"]),
         "parameters": count_parameters(model),
         "seconds": seconds,
@@ -143,6 +155,76 @@ def run(
         "splits": splits,
         "history": history,
     }
+
+
+def label(attention: bool | str) -> str:
+    """The table's name for a model: ``"attention"``, ``"none"`` or the variant's own name."""
+    if isinstance(attention, bool):
+        return "attention" if attention else "none"
+    if not isinstance(attention, str):
+        raise TypeError(f"attention must be a bool or a variant's name, got {attention!r}")
+    return attention
+
+
+def record(app: Application, out: dict) -> dict:
+    """One run of :func:`run` as a JSON-ready record, what the table is made of:
+    ``{"app", "model", "seed", "size", "metric", "value", "metrics", "parameters",
+    "train_seconds", "by_difficulty", "final_train_loss"}``, the measure by difficulty in the
+    groups of :func:`reference_groups` (the same for every seed)."""
+    if out.get("application") != app.name:
+        raise ValueError(f"out is a run of {out.get('application')!r}, not of {app.name!r}")
+    groups = reference_groups(app, out["size"])
+    return {
+        "app": app.name,
+        "model": out["model_name"],
+        "seed": out["seed"],
+        "size": out["size"],
+        "metric": app.metric,
+        "value": out["metrics"][app.metric],
+        "metrics": out["metrics"],
+        "parameters": out["parameters"],
+        "train_seconds": out["seconds"],
+        "by_difficulty": by_difficulty(app, out["model"], out["splits"]["test"], groups),
+        "final_train_loss": out["history"]["train_loss"][-1],
+    }
+
+
+def summarise(app: Application, runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """The table's rows for one application: ``runs`` maps a model's name to its records (one
+    per seed, from :func:`record`) -> per model ``{"seeds", "values", "mean", "std",
+    "parameters", "train_seconds", "by_difficulty", "all_metrics"}``, the measure by
+    difficulty averaged over the seeds, and for every model but ``"attention"`` (when both
+    have two seeds or more) :func:`compare_runs` of attention against it."""
+    rows = {}
+    for tag, records in runs.items():
+        if not records or any(r["app"] != app.name for r in records):
+            raise ValueError(f"runs[{tag!r}] must hold one or more records of {app.name!r}")
+        records = sorted(records, key=lambda r: r["seed"])
+        values = [r["value"] for r in records]
+        groups: dict[tuple[int, int], list[float]] = {}
+        for r in records:
+            for g in r["by_difficulty"]:
+                groups.setdefault((g["lo"], g["hi"]), []).append(g[app.metric])
+        rows[tag] = {
+            "seeds": [r["seed"] for r in records],
+            "values": values,
+            "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "parameters": records[0]["parameters"],
+            "train_seconds": statistics.median(r["train_seconds"] for r in records),
+            "by_difficulty": [
+                {"lo": lo, "hi": hi, "mean": statistics.fmean(v), "runs": len(v)}
+                for (lo, hi), v in sorted(groups.items())
+            ],
+            "all_metrics": {
+                k: statistics.fmean(r["metrics"][k] for r in records) for k in records[0]["metrics"]
+            },
+        }
+    base = rows.get("attention")
+    for tag, row in rows.items():
+        if tag != "attention" and base and len(base["values"]) > 1 and len(row["values"]) > 1:
+            row.update(compare_runs(base["values"], row["values"], app.higher_is_better))
+    return rows
 
 
 def difficulty_groups(levels: list[int], max_groups: int = 5) -> list[tuple[int, int]]:
