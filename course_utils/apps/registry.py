@@ -212,7 +212,7 @@ APPLICATIONS: dict[str, Application] = {
         name="reverse", notebook="01, 03", metric="exact_match", higher_is_better=True,
         difficulty_name="input length", variants=(),
         recipes={"full": Recipe(1_000, 64, 5e-3, decay=True),
-                 "small": Recipe(400, 64, 5e-3, decay=True)},
+                 "small": Recipe(250, 128, 1e-2, decay=True)},
         splits_fn=_reverse_splits,
         build_fn=lambda attention, splits, **sizes: _gru(
             attention, splits["train"].vocab, None, **sizes),
@@ -223,7 +223,7 @@ APPLICATIONS: dict[str, Application] = {
         name="translation", notebook="07", metric="bleu", higher_is_better=True,
         difficulty_name="source length", variants=(),
         recipes={"full": Recipe(400, 64, 5e-3, decay=True),
-                 "small": Recipe(200, 64, 5e-3, decay=True)},
+                 "small": Recipe(120, 128, 1e-2, decay=True)},
         splits_fn=_translation_splits,
         build_fn=lambda attention, splits, **sizes: _gru(
             attention, translation.source_vocab(), translation.target_vocab(), **sizes),
@@ -283,7 +283,7 @@ APPLICATIONS: dict[str, Application] = {
     "rationales": Application(
         name="rationales", notebook="16", metric="accuracy", higher_is_better=True,
         difficulty_name="sentence length", variants=(),
-        recipes={"full": Recipe(600, 64, 3e-3), "small": Recipe(300, 64, 3e-3)},
+        recipes={"full": Recipe(600, 64, 3e-3), "small": Recipe(200, 64, 3e-3)},
         splits_fn=_rationale_splits, build_fn=_rationale_model,
         batches_fn=rationales.batches, loss_fn=rationales.loss,
         evaluate_fn=rationales.evaluate,
