@@ -688,7 +688,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--readme",
         type=Path,
-        help="run nothing: render the recorded files into this README's recorded-targets section",
+        help="run nothing: render the recorded files into this file's recorded-targets section "
+        "(docs/measurements.md)",
     )
     parser.add_argument("--json", type=Path, help="also write every run and the summary here")
     parser.add_argument("--keep", type=Path, help="keep executed notebooks in this folder")

@@ -176,6 +176,66 @@ def test_readme_lists_every_notebook_and_both_commands():
         assert path.stem in readme, f"README.md does not list {path.name}"
 
 
+# Markdown links: [text](target) and ![alt](target), the target without a title
+MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces
+    to hyphens (code spans and fenced blocks aside)."""
+    text = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    anchors = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def broken_links(page: Path) -> list[str]:
+    """Relative links of a Markdown page whose file, or heading within it, does not exist."""
+    text = page.read_text(encoding="utf-8")
+    bad = []
+    for target in MARKDOWN_LINK.findall(re.sub(r"```.*?```", "", text, flags=re.S)):
+        if re.match(r"[a-z]+:", target):
+            continue  # a web address: not ours to check offline
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            bad.append(f"{target} (no such file)")
+        elif anchor and anchor not in heading_anchors(linked.read_text(encoding="utf-8")):
+            bad.append(f"{target} (no heading #{anchor} in {linked.name})")
+    return bad
+
+
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: p.name)
+def test_the_pages_links_and_pictures_resolve(page):
+    assert broken_links(page) == [], f"{page.name}: broken links"
+
+
+def test_the_link_checker_finds_a_missing_file_and_a_missing_heading(tmp_path):
+    (tmp_path / "b.md").write_text("# Real heading\n\n## With `code`, and commas\n")
+    page = tmp_path / "a.md"
+    page.write_text(
+        "[ok](b.md) [ok](b.md#real-heading) [ok](b.md#with-code-and-commas) [web](https://x.org)\n"
+        "[gone](c.md) ![gone](img/x.png) [bad](b.md#nowhere)\n```\n[in code](z.md)\n```\n"
+    )
+    assert broken_links(page) == [
+        "c.md (no such file)",
+        "img/x.png (no such file)",
+        "b.md#nowhere (no heading #nowhere in b.md)",
+    ]
+
+
+def test_the_readme_opens_with_a_picture_of_a_widget():
+    first_screen = (ROOT / "README.md").read_text().split("## ")[0]
+    pictures = re.findall(r"!\[[^\]]+\]\((docs/images/[^)]+\.png)\)", first_screen)
+    assert pictures and all((ROOT / p).stat().st_size > 10_000 for p in pictures)
+
+
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
