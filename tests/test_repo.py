@@ -236,6 +236,21 @@ def test_the_readme_opens_with_a_picture_of_a_widget():
     assert pictures and all((ROOT / p).stat().st_size > 10_000 for p in pictures)
 
 
+def test_the_teachers_guide_has_a_section_per_notebook_naming_its_checkers():
+    guide = (ROOT / "docs" / "teaching.md").read_text()
+    sections = dict(re.findall(r"(?m)^### (\d\d) · .*\n((?:(?!^#).*\n)*)", guide))
+    assert sorted(sections) == [p.name[:2] for p in NOTEBOOKS]
+    for number, text in sections.items():
+        for field in ("Goals", "Needs", "Time", "Where learners stumble", "Discuss", "Exercises"):
+            assert f"- **{field}.**" in text, f"teaching.md, notebook {number}: no {field}"
+        module = ROOT / "course_utils" / "exercises" / f"nb{number}.py"
+        checkers = (
+            re.findall(r"(?m)^def (check_\w+)", module.read_text()) if module.exists() else []
+        )
+        named = re.findall(r"`(check_\w+)`", text)
+        assert named == checkers, f"teaching.md, notebook {number}: names {named}, has {checkers}"
+
+
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
