@@ -51,8 +51,9 @@ lint: venv
 # an earlier run. A notebook cell that hangs fails after 10 minutes (nbval waits 2000 s by
 # default); the slowest cell takes under 2 minutes on a 2-core CPU.
 test: venv lint
-	@cache=$$(mktemp -d -t course-cache-XXXXXX) && \
-	COURSE_CACHE_DIR=$$cache $(BIN)/python -m pytest tests notebooks --nbval-lax \
+	@rm -rf build/executed; cache=$$(mktemp -d -t course-cache-XXXXXX) && \
+	COURSE_CACHE_DIR=$$cache COURSE_EXECUTED_DIR=build/executed \
+	$(BIN)/python -m pytest tests notebooks --nbval-lax \
 		--nbval-cell-timeout=600 -p no:cacheprovider \
 		-n auto --maxprocesses=4; \
 	status=$$?; rm -rf $$cache; exit $$status

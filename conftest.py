@@ -10,6 +10,11 @@
 - **Wall times**: one line per notebook (kernel start to last cell) against its budget,
   ``metadata["course"]["budget_seconds"]`` (COURSE_MAP.md's time budget on a 2-core CPU).
   Timings are reported, not asserted: machines differ, and a slow CI runner is no bug.
+- **Executed copies**: with ``COURSE_EXECUTED_DIR`` set (``make test`` sets ``build/executed``),
+  each notebook nbval ran is written there with the outputs of its run, so that the course
+  site is built from the test run instead of executing the notebooks a second time. nbval
+  keeps what a cell printed and displayed; what a widget draws into its output area after the
+  cell has run (a comm message) is not kept.
 - **Notes**: lines that tests attach as ``("course_note", text)`` user properties (where the
   browser tests saved their screenshots, what each widget did) are printed at the end; a
   worker's own output is not shown under xdist.
@@ -83,6 +88,26 @@ def pytest_collection_modifyitems(session, config, items):
         cells = [i for i in groups[name] if i.path.suffix == ".ipynb"]
         ordered += cells + [i for i in groups[name] if i.path.suffix != ".ipynb"]
     items[:] = ordered + rest
+
+
+EXECUTED_DIR_VARIABLE = "COURSE_EXECUTED_DIR"
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Keep an nbval cell's outputs in its notebook; write the notebook after its last cell."""
+    import os
+
+    folder = os.environ.get(EXECUTED_DIR_VARIABLE)
+    if not folder or not hasattr(item, "test_outputs") or not hasattr(item.parent, "nb"):
+        return
+    item.cell.outputs = list(item.test_outputs or [])
+    item.cell.execution_count = item.cell_num + 1
+    if nextitem is None or getattr(nextitem, "parent", None) is not item.parent:
+        import nbformat
+
+        out = Path(folder) / Path(str(item.parent.path)).name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(item.parent.nb, out)
 
 
 _notes: dict[str, None] = {}  # insertion-ordered set
