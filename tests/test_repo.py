@@ -770,6 +770,68 @@ def test_every_exercise_solution_is_checked_by_the_notebook_checkers(path):
     )
 
 
+CHECKER_CALL = re.compile(r"(?m)^\s*(?:\w+\.)?(check_\w+)\(")
+
+
+def nbgrader_problems(cells: list[dict]) -> list[str]:
+    """Where a notebook's exercise cells break nbgrader's conventions: every cell with a
+    ``# BEGIN SOLUTION`` region is an autograded answer (``solution``, not ``grade``, not
+    locked), every cell that calls a checker is a locked autograder test worth its points,
+    grade ids are unique, and no other cell claims to be either."""
+    problems, ids = [], []
+    for i, c in enumerate(cells):
+        meta = c.get("metadata", {}).get("nbgrader")
+        source = "".join(c["source"]) if c["cell_type"] == "code" else ""
+        if "# BEGIN SOLUTION" in source:
+            want = {"solution": True, "grade": False, "locked": False}
+        elif CHECKER_CALL.search(source):
+            want = {"solution": False, "grade": True, "locked": True}
+        else:
+            if meta:
+                problems.append(f"cell {i}: nbgrader metadata on a cell that is not an exercise")
+            continue
+        if not meta:
+            problems.append(f"cell {i}: no nbgrader metadata")
+            continue
+        got = {k: meta.get(k) for k in want}
+        if got != want or meta.get("schema_version") != 3 or not meta.get("grade_id"):
+            problems.append(f"cell {i}: nbgrader metadata {meta}, expected {want}")
+        if want["grade"] and not meta.get("points", 0) > 0:
+            problems.append(f"cell {i}: a grade cell without points")
+        ids.append(meta.get("grade_id"))
+    repeated = sorted({g for g in ids if ids.count(g) > 1})
+    if repeated:
+        problems.append(f"grade ids used twice: {repeated}")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercise_cells_carry_nbgraders_metadata(path):
+    problems = nbgrader_problems(json.loads(path.read_text())["cells"])
+    assert not problems, f"{path.name}: {problems}"
+
+
+def test_the_nbgrader_check_catches_missing_wrong_and_stray_metadata():
+    def code(source, **nbgrader):
+        meta = {"nbgrader": {"schema_version": 3, **nbgrader}} if nbgrader else {}
+        return {"cell_type": "code", "source": [source], "metadata": meta}
+
+    solution = "def f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+    good_solution = dict(solution=True, grade=False, locked=False, grade_id="f")
+    good_check = dict(solution=False, grade=True, locked=True, grade_id="check_f", points=1)
+    right = [code(solution, **good_solution), code("nb02.check_f(f)", **good_check)]
+    assert nbgrader_problems(right) == []
+    assert nbgrader_problems([code(solution), right[1]]) == ["cell 0: no nbgrader metadata"]
+    unlocked = code("nb02.check_f(f)", **{**good_check, "locked": False})
+    assert "expected" in nbgrader_problems([right[0], unlocked])[0]
+    pointless = code("nb02.check_f(f)", **{**good_check, "points": 0})
+    assert nbgrader_problems([right[0], pointless]) == ["cell 1: a grade cell without points"]
+    stray = code("x = 1", **good_solution)
+    assert "not an exercise" in nbgrader_problems([*right, stray])[0]
+    twice = code("nb02.check_f(f)", **{**good_check, "grade_id": "f"})
+    assert nbgrader_problems([right[0], twice]) == ["grade ids used twice: ['f']"]
+
+
 def test_unchecked_solution_finder_catches_missing_and_foreign_checks():
     solution = "def my_f(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
     imports = "from course_utils.exercises import nb02\nfrom course_utils.exercises import nb04\n"
