@@ -12,7 +12,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab lab-solutions test venv lint student clean same-python
+.PHONY: lab lab-solutions test venv lint student instructor-test slides site clean same-python
 
 venv: $(STAMP)
 
@@ -42,8 +42,8 @@ lab-solutions: venv
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 lint: venv
-	$(BIN)/ruff check course_utils tests notebooks benchmarks conftest.py
-	$(BIN)/ruff format --check course_utils tests notebooks benchmarks conftest.py
+	$(BIN)/ruff check course_utils tests notebooks benchmarks scripts docs conftest.py nbgrader_config.py
+	$(BIN)/ruff format --check course_utils tests notebooks benchmarks scripts docs conftest.py nbgrader_config.py
 
 # pytest-xdist runs on every core (at most 4 workers); each notebook's cells run in order in
 # one worker, followed by its browser test (conftest.py). Each run trains into a fresh cache
@@ -51,16 +51,66 @@ lint: venv
 # an earlier run. A notebook cell that hangs fails after 10 minutes (nbval waits 2000 s by
 # default); the slowest cell takes under 2 minutes on a 2-core CPU.
 test: venv lint
-	@rm -rf build/executed; cache=$$(mktemp -d -t course-cache-XXXXXX) && \
+	@rm -rf build/executed build/widget_screenshots; cache=$$(mktemp -d -t course-cache-XXXXXX) && \
 	COURSE_CACHE_DIR=$$cache COURSE_EXECUTED_DIR=build/executed \
+	COURSE_SCREENSHOT_DIR=build/widget_screenshots \
 	$(BIN)/python -m pytest tests notebooks --nbval-lax \
 		--nbval-cell-timeout=600 -p no:cacheprovider \
 		-n auto --maxprocesses=4; \
 	status=$$?; rm -rf $$cache; exit $$status
 
-# Instructors: copies of the notebooks with exercise solutions replaced by stubs.
-student: venv
-	$(BIN)/python -m course_utils.exercises.student notebooks student_notebooks
+# The course site, build/site/index.html: every notebook as make test last executed it
+# (build/executed/, build/widget_screenshots/), and the guides in docs/. Nothing is run again.
+# Then its tests: a page per notebook, links, no traceback, offline in Chromium.
+SITE_STAMP := $(VENV)/.site-installed
+$(SITE_STAMP): pyproject.toml | $(STAMP)
+	@$(BIN)/python -c 'import sys; assert sys.version_info >= (3, 11), "make site needs Python 3.11+ (Sphinx 9), found " + sys.version.split()[0]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,site]'
+	@touch $(SITE_STAMP)
+
+site: $(SITE_STAMP)
+	$(BIN)/python scripts/build_site.py
+	COURSE_SITE_DIR=build/site $(BIN)/python -m pytest tests/test_site.py -p no:cacheprovider -q
+
+# Instructors: nbgrader (pyproject's instructor group) in the same venv, on first use; a
+# learner's make lab and make test never need it (make lab's copies come from
+# course_utils/exercises/student.py, which strips the same regions with the same stub).
+INSTRUCTOR_STAMP := $(VENV)/.instructor-installed
+$(INSTRUCTOR_STAMP): pyproject.toml | $(STAMP)
+	@echo "Installing the instructor group (nbgrader, RISE) into $(VENV) ..."
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,instructor]'
+	@touch $(INSTRUCTOR_STAMP)
+
+# Instructors: nbgrader's release of every notebook, one assignment per notebook, in the
+# course folder build/nbgrader/ (nbgrader_config.py): solutions replaced by stubs, checker
+# cells locked, the grade cells recorded in its gradebook.db for nbgrader autograde. Its
+# source/ holds links to notebooks/; the release is copied to student_notebooks/ to hand out.
+# The venv's bin/ goes on PATH: nbgrader runs the command alembic to create its gradebook.
+NBGRADER_ROOT := build/nbgrader
+student: $(INSTRUCTOR_STAMP)
+	@rm -rf $(NBGRADER_ROOT)/source $(NBGRADER_ROOT)/release
+	@for path in notebooks/*.ipynb; do \
+		name=$$(basename $$path .ipynb); mkdir -p $(NBGRADER_ROOT)/source/$$name && \
+		ln -s ../../../../$$path $(NBGRADER_ROOT)/source/$$name/$$name.ipynb || exit 1; \
+	done
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbgrader generate_assignment '*' --force --log-level=WARN
+	@mkdir -p student_notebooks && cp $(NBGRADER_ROOT)/release/*/*.ipynb student_notebooks/
+	@echo "student_notebooks/: nbgrader's release of $$(ls student_notebooks | wc -l) notebooks"
+
+# nbgrader's round trip on notebook 02 (generate, fill in, autograde), and nbgrader's release
+# of every notebook against make lab's copies; CI runs it after make test.
+instructor-test: $(INSTRUCTOR_STAMP)
+	COURSE_REQUIRE_NBGRADER=1 COURSE_REQUIRE_RISE=1 $(BIN)/python -m pytest tests/test_nbgrader.py \
+		tests/test_slides.py -p no:cacheprovider -q
+
+# Lectures: the solved notebooks in JupyterLab with RISE (the instructor group); open one, then
+# View > Render as Reveal Slideshow (Alt-R), or go to /rise/<notebook>. RISE's defaults come
+# from jupyter-config/ (reveal.js's white theme, which loads nothing from the network; pages
+# taller than the screen scroll); scripts/slide_metadata.py says where the slides break.
+slides: $(INSTRUCTOR_STAMP)
+	@echo "Starting JupyterLab with RISE on notebooks/ (stop it with Ctrl-C, then y) ..."
+	JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 # PYTHON named (command line or environment) for a folder that holds another Python: stop
 # rather than install one Python's packages over another's.

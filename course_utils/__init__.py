@@ -134,7 +134,7 @@ Building blocks sit at the top level. They never import ``widgets`` or the subpa
 | checkers: Welch's standard error, a GRU model's parameters           | exercises.nb12      | 12                       |
 | checkers: heads removed by hand, induction rule, eigenvalue copying  | exercises.nb18      | 18                       |
 | checkers: min-p filter, windowed causal mask, cached attention step  | exercises.nb17      | 17                       |
-| student copies of the notebooks, solutions removed (make student)    | exercises.student   | -                        |
+| student copies of the notebooks, solutions removed (make lab)        | exercises.student   | -                        |
 """
 
 __version__ = "0.1.0"

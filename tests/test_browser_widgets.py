@@ -292,6 +292,25 @@ def screenshots(tmp_path_factory):
     return folder
 
 
+# The course site (scripts/build_site.py) shows each interactive widget as this test saw it
+# once the notebook had run: with the variable set (make test sets build/widget_screenshots),
+# every widget box goes to <folder>/<notebook stem>/interact<i>.png, in page order.
+SCREENSHOT_DIR_VARIABLE = "COURSE_SCREENSHOT_DIR"
+
+
+def _keep_for_the_site(boxes, stem: str) -> None:
+    folder = os.environ.get(SCREENSHOT_DIR_VARIABLE)
+    if not folder:
+        return
+    target = Path(folder) / stem
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for i in range(boxes.count()):
+        box = boxes.nth(i)
+        box.scroll_into_view_if_needed()
+        box.screenshot(path=target / f"interact{i}.png")
+
+
 # --------------------------------------------------------------------------------------
 # What the page shows
 
@@ -518,6 +537,7 @@ def test_widgets_in_browser(notebook, lab, browser, screenshots, request):
         _check_widgets_in_sync(page, lab, notebook)
 
         boxes = page.locator(".widget-interact")
+        _keep_for_the_site(boxes, Path(notebook).stem)
         moved = []
         for i in range(boxes.count()):
             box = boxes.nth(i)

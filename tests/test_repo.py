@@ -51,9 +51,12 @@ def parse_pins(specs, source, python=None):
     return pins
 
 
-def pyproject_pins(python):
+def pyproject_pins(python, leave_out=()):
     specs = PROJECT["dependencies"] + [
-        s for group in PROJECT["optional-dependencies"].values() for s in group
+        s
+        for name, group in PROJECT["optional-dependencies"].items()
+        if name not in leave_out
+        for s in group
     ]
     return parse_pins(specs, "pyproject.toml", python)
 
@@ -91,8 +94,14 @@ def test_supported_pythons_are_contiguous_and_required():
 
 @pytest.mark.parametrize("python", SUPPORTED)
 def test_every_package_is_pinned_once_on_every_supported_python(python):
-    # parse_pins fails on a name pinned twice; here every Python gets the same names.
-    here, newest = set(pyproject_pins(python)), set(pyproject_pins(SUPPORTED[-1]))
+    # parse_pins fails on a name pinned twice; here every Python gets the same names, except
+    # the site group on 3.10 (Sphinx 9 and the book theme need 3.11; make site says so).
+    leave_out = {"site"} if python == "3.10" else set()
+    here = set(pyproject_pins(python, leave_out))
+    newest = set(pyproject_pins(SUPPORTED[-1], leave_out))
+    assert not set(pyproject_pins("3.10")) - set(pyproject_pins("3.10", {"site"})), (
+        "the site group pins nothing for Python 3.10"
+    )
     assert here == newest, (
         f"Python {python} lacks {newest - here} and has {here - newest} beside {SUPPORTED[-1]}"
     )
@@ -103,7 +112,9 @@ def test_environment_yml_and_pyproject_agree():
     assert pythons, "environment.yml admits none of the supported Pythons"
     conda = conda_pins()
     for python in pythons:
-        py = pyproject_pins(python)
+        # environment.yml is the learners' environment: the instructors' nbgrader and RISE,
+        # and the site's Sphinx, stay out
+        py = pyproject_pins(python, leave_out={"instructor", "site"})
         assert set(py) == set(conda), (
             f"Python {python}: only in pyproject: {set(py) - set(conda)}; "
             f"only in environment.yml: {set(conda) - set(py)}"

@@ -47,6 +47,15 @@ def test_strip_keeps_signature_and_indentation():
     ]
 
 
+def test_the_stub_ends_as_the_end_line_did_like_nbgraders():
+    # nbgrader's generate_assignment (make student) replaces a region line by line, so a
+    # cell's last line stays without a newline; tests/test_nbgrader.py compares the two copies
+    assert student.strip_solutions(EXERCISE).endswith(f"    {student.STUB}\n")
+    assert student.strip_solutions(EXERCISE.rstrip("\n")).endswith(f"    {student.STUB}")
+    windows = student.strip_solutions(EXERCISE.replace("\n", "\r\n"))
+    assert windows.endswith(f"    {student.STUB}\r\n")
+
+
 def test_course_copy_passes_and_student_copy_reports_not_implemented(capsys):
     course = notebook(EXERCISE, CHECK)
     run_cells(course)
@@ -99,13 +108,14 @@ def test_keep_existing_writes_missing_copies_and_leaves_a_learners_work_alone(tm
     assert out.count("written") == len(course) - 1 and "1 copy in" in out
     fresh = json.loads((tmp_path / course[0].name).read_text())
     assert fresh["cells"] and all(c.get("outputs", []) == [] for c in fresh["cells"])
-    # without the flag every copy is written afresh (make student)
+    # without the flag every copy is written afresh
     student.main([str(ROOT / "notebooks"), str(tmp_path)])
     assert mine.read_text() != '{"my": "work"}\n'
 
 
 def test_make_lab_opens_the_learner_copies_and_lab_solutions_the_course():
     makefile = (ROOT / "Makefile").read_text()
+    # make lab needs no nbgrader: its copies come from student.py, not make student's nbgrader
     lab = makefile.split("\nlab: venv\n")[1].split("\n\n")[0]
     assert "course_utils.exercises.student notebooks my_notebooks --keep-existing" in lab
     assert "--notebook-dir=my_notebooks" in lab

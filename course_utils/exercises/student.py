@@ -12,8 +12,13 @@ A student copy keeps everything else and puts, in place of each marked block, a 
 raises ``NotImplementedError`` at the block's indentation. The checker cell that follows then
 reports "not implemented yet" until the learner writes the code.
 
-Command line (``make student`` writes every copy afresh; ``make lab`` adds
-``--keep-existing``, so a copy a learner has worked in is never overwritten)::
+This is what nbgrader's ``generate_assignment`` does to the code cells with the course's
+``nbgrader_config.py`` (same markers, same ``STUB``), which ``make student`` runs for
+instructors; ``make lab`` uses this module, so a learner needs no nbgrader.
+``tests/test_nbgrader.py`` holds the two equal on every notebook where nbgrader is installed.
+
+Command line (every copy afresh; ``make lab`` adds ``--keep-existing``, so a copy a learner
+has worked in is never overwritten)::
 
     python -m course_utils.exercises.student notebooks/ student_notebooks/
     python -m course_utils.exercises.student notebooks/ my_notebooks/ --keep-existing
@@ -43,7 +48,10 @@ def strip_solutions(source: str) -> str:
                 f"line {number}: BEGIN SOLUTION inside the block opened on line {start}"
             )
         elif indent is not None and END.match(line):
-            out.append(f"{indent}{STUB}\n")
+            # the stub ends as the END line did (a cell's last line has no newline), as
+            # nbgrader's stub does
+            ending = line[len(line.rstrip("\r\n")) :]
+            out.append(f"{indent}{STUB}{ending}")
             indent = None
         elif indent is None and END.match(line):
             raise ValueError(f"line {number}: END SOLUTION without BEGIN SOLUTION")
