@@ -12,7 +12,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lab lab-solutions test venv lint student instructor-test slides site clean same-python
+.PHONY: lab lab-solutions test venv lint student instructor-test instructor-venv slides site clean \
+	same-python
 
 venv: $(STAMP)
 
@@ -81,6 +82,10 @@ $(INSTRUCTOR_STAMP): pyproject.toml | $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,instructor]'
 	@touch $(INSTRUCTOR_STAMP)
 
+# Both optional groups in .venv at once (CI installs them before make test, which then runs
+# the nbgrader and slides tests too instead of skipping them).
+instructor-venv: $(INSTRUCTOR_STAMP) $(SITE_STAMP)
+
 # Instructors: nbgrader's release of every notebook, one assignment per notebook, in the
 # course folder build/nbgrader/ (nbgrader_config.py): solutions replaced by stubs, checker
 # cells locked, the grade cells recorded in its gradebook.db for nbgrader autograde. Its
@@ -98,7 +103,8 @@ student: $(INSTRUCTOR_STAMP)
 	@echo "student_notebooks/: nbgrader's release of $$(ls student_notebooks | wc -l) notebooks"
 
 # nbgrader's round trip on notebook 02 (generate, fill in, autograde), and nbgrader's release
-# of every notebook against make lab's copies; CI runs it after make test.
+# of every notebook against make lab's copies. (CI installs the group first, make instructor-venv,
+# and make test then runs these tests with the rest.)
 instructor-test: $(INSTRUCTOR_STAMP)
 	COURSE_REQUIRE_NBGRADER=1 COURSE_REQUIRE_RISE=1 $(BIN)/python -m pytest tests/test_nbgrader.py \
 		tests/test_slides.py -p no:cacheprovider -q

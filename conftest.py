@@ -1,20 +1,28 @@
 """How ``make test`` runs: notebooks spread over the cores, and what it reports at the end.
 
-- **Scheduling** (pytest-xdist): nbval runs a notebook as one test item per cell, so all the
-  cells of a notebook form one group that one worker runs in order, and the notebook's
-  browser widget test joins the same group, after the cells: the nbval run trains and caches
-  the models (``COURSE_CACHE_DIR``), the browser run loads them. Groups are handed out
-  longest budget first; the unit tests fill the gaps. (xdist's own ``loadgroup`` mode marks
-  groups by renaming node ids, which pytest 9 no longer allows, so the scheduler below
-  groups by the node id itself.)
-- **Wall times**: one line per notebook (kernel start to last cell) against its budget,
-  ``metadata["course"]["budget_seconds"]`` (COURSE_MAP.md's time budget on a 2-core CPU).
-  Timings are reported, not asserted: machines differ, and a slow CI runner is no bug.
+- **One run per notebook**: nbval runs a notebook as one test item per cell. A notebook with
+  widgets also has a browser test (``tests/test_browser_widgets.py``), which opens it in
+  JupyterLab in headless Chromium and runs every cell there, as a learner does, failing on
+  any error, before it moves the widgets. Where that test is selected and Chromium is found,
+  it is the notebook's run and the notebook's nbval items are deselected (running every cell
+  twice cost make test about a quarter of its time); without Chromium (the browser test then
+  skips) or with ``-m "not browser"``, nbval runs the notebook. The pytest summary counts
+  the replaced cells as deselected.
+- **Scheduling** (pytest-xdist): all the cells of a notebook form one group that one worker
+  runs in order, with the notebook's browser test after them. Groups are handed out longest
+  budget first; the unit tests fill the gaps. (xdist's own ``loadgroup`` mode marks groups by
+  renaming node ids, which pytest 9 no longer allows, so the scheduler below groups by the
+  node id itself.)
+- **Wall times**: one line per notebook (kernel start to last cell, under nbval or in
+  JupyterLab) against its budget, ``metadata["course"]["budget_seconds"]`` (COURSE_MAP.md's
+  time budget on a 2-core CPU). Timings are reported, not asserted: machines differ, and a
+  slow CI runner is no bug.
 - **Executed copies**: with ``COURSE_EXECUTED_DIR`` set (``make test`` sets ``build/executed``),
-  each notebook nbval ran is written there with the outputs of its run, so that the course
-  site is built from the test run instead of executing the notebooks a second time. nbval
-  keeps what a cell printed and displayed; what a widget draws into its output area after the
-  cell has run (a comm message) is not kept.
+  each notebook is written there with the outputs of its run, so that the course site is
+  built from the test run instead of executing the notebooks a second time: nbval's copy
+  (below; it keeps what a cell printed and displayed, but not what a widget draws into its
+  output area after the cell has run, a comm message), or the browser test's, which JupyterLab
+  saves once every cell has run (what the learner's page shows).
 - **Notes**: lines that tests attach as ``("course_note", text)`` user properties (where the
   browser tests saved their screenshots, what each widget did) are printed at the end; a
   worker's own output is not shown under xdist.
@@ -23,6 +31,8 @@
 import json
 import time
 from pathlib import Path
+
+import pytest
 
 _started: dict[str, float] = {}
 _finished: dict[str, float] = {}
@@ -69,6 +79,14 @@ def pytest_xdist_make_scheduler(config, log):
     return NotebookScheduling(config, log)
 
 
+def _browser_runs(item) -> bool:
+    """Whether this browser widget test will run (Chromium found) rather than skip."""
+    return item.module._missing_browser() is None
+
+
+# After pytest's own selection (-m, -k): only a browser test that is still selected replaces
+# its notebook's nbval run.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     for item in items:
         if hasattr(item, "output_timeout"):  # nbval's notebook cells
@@ -83,11 +101,17 @@ def pytest_collection_modifyitems(session, config, items):
         else:
             groups.setdefault(name, []).append(item)
     budgets = {name: _budget(Path(config.rootpath, "notebooks", name)) for name in groups}
-    ordered = []
+    ordered, replaced = [], []
     for name in sorted(groups, key=lambda n: (-budgets[n], n)):
         cells = [i for i in groups[name] if i.path.suffix == ".ipynb"]
-        ordered += cells + [i for i in groups[name] if i.path.suffix != ".ipynb"]
+        browser = [i for i in groups[name] if i.path.suffix != ".ipynb"]
+        if browser and all(_browser_runs(i) for i in browser):
+            replaced += cells  # the browser test runs every cell: the notebook's one run
+            cells = []
+        ordered += cells + browser
     items[:] = ordered + rest
+    if replaced:
+        config.hook.pytest_deselected(items=replaced)
 
 
 EXECUTED_DIR_VARIABLE = "COURSE_EXECUTED_DIR"
@@ -113,10 +137,16 @@ def pytest_runtest_teardown(item, nextitem):
 _notes: dict[str, None] = {}  # insertion-ordered set
 
 
+_in_jupyterlab: dict[str, float] = {}  # notebook path -> seconds, when the browser test ran it
+
+
 def pytest_runtest_logreport(report):
     for key, value in getattr(report, "user_properties", []):
         if key == "course_note":
             _notes.setdefault(value)
+        elif key == "course_walltime":
+            name, seconds = value
+            _in_jupyterlab[f"notebooks/{name}"] = seconds
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -136,11 +166,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("notes from the tests")
         for line in _notes:
             terminalreporter.write_line(line)
-    if not _started:
+    times = {nb: _finished.get(nb, start) - start for nb, start in _started.items()}
+    ran_in = {nb: "nbval" for nb in times}
+    for nb, seconds in _in_jupyterlab.items():
+        if nb not in times:  # the browser test was the notebook's run
+            times[nb], ran_in[nb] = seconds, "JupyterLab"
+    if not times:
         return
     terminalreporter.section("notebook wall times (budget from COURSE_MAP.md, 2-core CPU)")
-    for nb in sorted(_started):
-        seconds = _finished.get(nb, _started[nb]) - _started[nb]
+    for nb in sorted(times):
+        seconds = times[nb]
         meta = json.loads(Path(config.rootpath, nb).read_text()).get("metadata", {})
         budget = meta.get("course", {}).get("budget_seconds")
         verdict = (
@@ -148,4 +183,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             if budget is None
             else f"  budget {budget:>4} s  {'ok' if seconds <= budget else 'OVER BUDGET'}"
         )
-        terminalreporter.write_line(f"{Path(nb).name:<40} {seconds:7.1f} s{verdict}")
+        terminalreporter.write_line(
+            f"{Path(nb).name:<36} {ran_in[nb]:>10} {seconds:7.1f} s{verdict}"
+        )

@@ -12,6 +12,11 @@ image) with a slider or a dropdown, it moves the first such control as a learner
 that the heatmap's colours changed. Screenshots of each widget before and after go to a
 folder the test prints, with one line per notebook saying what moved.
 
+Where Chromium is found, this run is the notebook's only run in ``make test``: conftest.py
+deselects the notebook's nbval cells, so every cell runs once, in JupyterLab, training into
+the run's fresh cache folder. With ``COURSE_EXECUTED_DIR`` set, JupyterLab saves the notebook
+once every cell has run and the test copies it there for the course site.
+
 Chromium is the system one (Debian/Ubuntu package ``chromium``, or the binary named by the
 ``CHROMIUM`` variable); Playwright never downloads a browser here. Without Chromium the tests
 skip with a message; with ``COURSE_REQUIRE_BROWSER=1`` (set by ``.ci/run``) they fail instead.
@@ -74,13 +79,15 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 # Jupyter settings for the test server: no news or update checks (they would pop up a
-# notification over the page), and every cell attached to the page so all outputs render.
+# notification over the page), every cell attached to the page so all outputs render, and
+# no autosave: the notebook is saved once, when every cell has run.
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification": {
         "fetchNews": "false",
         "checkForUpdates": False,
     },
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
 }
 SERVER_START_S = 90  # JupyterLab's first start on a busy 2-core machine
 WIDGET_REDRAW_S = 60  # one widget redraw after a control moves
@@ -268,16 +275,8 @@ def lab(tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def browser(lab):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+# Chromium itself: the session fixture ``browser`` of tests/conftest.py, shared with the
+# slides and site tests.
 
 
 def _say(node, text: str) -> None:
@@ -309,6 +308,36 @@ def _keep_for_the_site(boxes, stem: str) -> None:
         box = boxes.nth(i)
         box.scroll_into_view_if_needed()
         box.screenshot(path=target / f"interact{i}.png")
+
+
+# The notebook as this run executed it: with the variable set (make test sets build/executed),
+# the test saves the notebook from JupyterLab once every cell has run, before any control
+# moves, and copies it to <folder>/<notebook>. When the browser test is a notebook's run
+# (conftest.py), the course site is built from this copy.
+EXECUTED_DIR_VARIABLE = "COURSE_EXECUTED_DIR"
+SAVE_S = 30  # JupyterLab writing one notebook of figures
+
+
+def _save_executed_copy(page, lab: JupyterLab, notebook: str, n_code: int) -> None:
+    folder = os.environ.get(EXECUTED_DIR_VARIABLE)
+    if not folder:
+        return
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.locator('[role="menuitem"][data-command="docmanager:save"]').click()
+    # The copy on disk had no outputs (autosave is off, LAB_SETTINGS): wait until it has a
+    # result for every code cell.
+    deadline = time.monotonic() + SAVE_S
+    while True:
+        with contextlib.suppress(ValueError):  # not JSON yet: read it again
+            nb = nbformat.read(lab.root / notebook, as_version=4)
+            ran = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+            if len(ran) == n_code and all(c.execution_count for c in ran):
+                break
+        assert time.monotonic() < deadline, f"{notebook}: JupyterLab did not save it in {SAVE_S} s"
+        time.sleep(0.2)
+    out = Path(folder) / notebook
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
 
 
 # --------------------------------------------------------------------------------------
@@ -533,7 +562,10 @@ def test_widgets_in_browser(notebook, lab, browser, screenshots, request):
         # Generous but bounded: four times the notebook's budget, plus start-up.
         _run_all_cells(page, lab, notebook, n_code, timeout=4 * budget + 60)
         ran = time.monotonic() - started
+        # conftest.py's table of wall times, when this run is the notebook's only run
+        request.node.user_properties.append(("course_walltime", (notebook, ran)))
         _check_page(page, notebook, "after Run All Cells")
+        _save_executed_copy(page, lab, notebook, n_code)
         _check_widgets_in_sync(page, lab, notebook)
 
         boxes = page.locator(".widget-interact")

@@ -249,43 +249,35 @@ def served():
 
 @built
 @pytest.mark.browser
-def test_a_notebook_page_renders_offline_in_chromium(served):
-    from test_browser_widgets import CHROMIUM, CHROMIUM_ARGS, _require_browser
-
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-
+def test_a_notebook_page_renders_offline_in_chromium(served, browser):
     page_path = "notebooks/02_query_key_value.html"
     requests, failed = [], []
     shots = ROOT / "build" / "site-screenshots"
     shots.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("requestfailed", lambda r: r.url.startswith("http") and failed.append(r.url))
-            page.goto(f"{served}/{page_path}", wait_until="networkidle")
-            page.wait_for_function(
-                "window.MathJax && MathJax.Hub && MathJax.isReady", timeout=30000
-            )
-            page.wait_for_function("MathJax.Hub.queue.pending === 0", timeout=30000)
-            typeset = page.locator("article .MathJax, article .MathJax_SVG").count()
-            raw = page.evaluate(
-                "[...document.querySelectorAll('article .math')].map(e => e.innerText)"
-                ".filter(t => t.includes('\\\\(') || t.includes('\\\\['))"
-            )
-            images = page.evaluate(
-                "[...document.querySelectorAll('.cell_output img')]"
-                ".map(i => [i.complete && i.naturalWidth > 0, i.naturalWidth, i.naturalHeight])"
-            )
-            assert images, f"{page_path} shows no figure: was it built from executed copies?"
-            heatmap = page.locator(".cell_output img").nth(0)
-            heatmap.scroll_into_view_if_needed()
-            page.screenshot(path=shots / "02_query_key_value.png")
-            heatmap.screenshot(path=shots / "02_query_key_value_first_figure.png")
-        finally:
-            chromium.close()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("requestfailed", lambda r: r.url.startswith("http") and failed.append(r.url))
+        page.goto(f"{served}/{page_path}", wait_until="networkidle")
+        page.wait_for_function("window.MathJax && MathJax.Hub && MathJax.isReady", timeout=30000)
+        page.wait_for_function("MathJax.Hub.queue.pending === 0", timeout=30000)
+        typeset = page.locator("article .MathJax, article .MathJax_SVG").count()
+        raw = page.evaluate(
+            "[...document.querySelectorAll('article .math')].map(e => e.innerText)"
+            ".filter(t => t.includes('\\\\(') || t.includes('\\\\['))"
+        )
+        images = page.evaluate(
+            "[...document.querySelectorAll('.cell_output img')]"
+            ".map(i => [i.complete && i.naturalWidth > 0, i.naturalWidth, i.naturalHeight])"
+        )
+        assert images, f"{page_path} shows no figure: was it built from executed copies?"
+        heatmap = page.locator(".cell_output img").nth(0)
+        heatmap.scroll_into_view_if_needed()
+        page.screenshot(path=shots / "02_query_key_value.png")
+        heatmap.screenshot(path=shots / "02_query_key_value_first_figure.png")
+    finally:
+        context.close()
     outside = [u for u in requests if urlsplit(u).hostname not in ("127.0.0.1", None)]
     assert not outside, f"the page fetched from outside the site: {outside}"
     assert not failed, f"requests that failed: {failed}"

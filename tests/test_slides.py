@@ -13,11 +13,12 @@
   JupyterLab). A screenshot of the first slide goes to the test's tmp folder; its path is
   printed at the end of the run.
 
-The server, Chromium and its skip rule are tests/test_browser_widgets.py's, imported. Without
-Chromium the browser test skips, or fails under ``COURSE_REQUIRE_BROWSER=1``. Without
-jupyterlab-rise it skips (``make test`` installs the ``dev`` group only), or fails under
-``COURSE_REQUIRE_RISE=1``, which ``make instructor-test`` sets once it has installed the
-instructor group (CI runs it after ``make test``).
+The server and its skip rule are tests/test_browser_widgets.py's, imported; Chromium is the
+session's (tests/conftest.py). Without Chromium the browser test skips, or fails under
+``COURSE_REQUIRE_BROWSER=1``. Without jupyterlab-rise it skips (``make lab`` installs the
+``dev`` group only), or fails under ``COURSE_REQUIRE_RISE=1``, which ``make instructor-test``
+sets once it has installed the instructor group (CI installs the group before ``make test``
+and sets it for that run).
 """
 
 from __future__ import annotations
@@ -197,8 +198,7 @@ def _wait_for(page, script: str, want, timeout: float):
 @pytest.mark.browser
 def test_a_notebook_opens_as_slides(tmp_path, monkeypatch, request):
     _require_rise()
-    widgets._require_browser()
-    from playwright.sync_api import sync_playwright
+    chromium = request.getfixturevalue("browser")  # tests/conftest.py; skips without Chromium
 
     cells = json.loads((ROOT / "notebooks" / SLIDES_NOTEBOOK).read_text())["cells"]
     types = [slide_metadata.slide_type(c) for c in cells]
@@ -216,38 +216,35 @@ def test_a_notebook_opens_as_slides(tmp_path, monkeypatch, request):
     errors: list[str] = []
     try:
         lab.start()
-        with sync_playwright() as p:
-            chromium = p.chromium.launch(
-                executable_path=widgets.CHROMIUM, headless=True, args=widgets.CHROMIUM_ARGS
+        context = chromium.new_context(viewport={"width": 1280, "height": 800})
+        try:
+            page = context.new_page()
+            page.on("request", lambda r: urls.append(r.url))
+            page.on("websocket", lambda ws: urls.append(ws.url))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{lab.url}/rise/{SLIDES_NOTEBOOK}?token={lab.token}")
+            slides = page.locator(".reveal .slides > section")
+            slides.first.wait_for(timeout=widgets.SERVER_START_S * 1000)
+            typeset = _wait_for(
+                page,
+                "() => document.querySelectorAll('.reveal section.present mjx-container').length > 0",
+                True,
+                MATH_S,
             )
-            try:
-                page = chromium.new_page(viewport={"width": 1280, "height": 800})
-                page.on("request", lambda r: urls.append(r.url))
-                page.on("websocket", lambda ws: urls.append(ws.url))
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                page.goto(f"{lab.url}/rise/{SLIDES_NOTEBOOK}?token={lab.token}")
-                slides = page.locator(".reveal .slides > section")
-                slides.first.wait_for(timeout=widgets.SERVER_START_S * 1000)
-                typeset = _wait_for(
-                    page,
-                    "() => document.querySelectorAll('.reveal section.present mjx-container').length > 0",
-                    True,
-                    MATH_S,
-                )
-                page.screenshot(path=shot)
-                shown = page.evaluate(PRESENT_HEADING_JS)
-                pages = page.locator(".reveal .slides > section > section").count()
-                assert slides.count() == n_slides and pages == n_pages, (
-                    f"{SLIDES_NOTEBOOK}: reveal.js shows {slides.count()} slides and {pages} pages; "
-                    f"the slide metadata makes {n_slides} and {n_pages}"
-                )
-                assert shown == headings[0], f"the first slide shows {shown!r}, not the title"
-                assert typeset, f"no typeset formula on the first slide within {MATH_S} s"
-                page.keyboard.press("ArrowRight")
-                after = _wait_for(page, PRESENT_HEADING_JS, headings[1], timeout=10)
-                assert after == headings[1], f"after the right arrow the slide shows {after!r}"
-            finally:
-                chromium.close()
+            page.screenshot(path=shot)
+            shown = page.evaluate(PRESENT_HEADING_JS)
+            pages = page.locator(".reveal .slides > section > section").count()
+            assert slides.count() == n_slides and pages == n_pages, (
+                f"{SLIDES_NOTEBOOK}: reveal.js shows {slides.count()} slides and {pages} pages; "
+                f"the slide metadata makes {n_slides} and {n_pages}"
+            )
+            assert shown == headings[0], f"the first slide shows {shown!r}, not the title"
+            assert typeset, f"no typeset formula on the first slide within {MATH_S} s"
+            page.keyboard.press("ArrowRight")
+            after = _wait_for(page, PRESENT_HEADING_JS, headings[1], timeout=10)
+            assert after == headings[1], f"after the right arrow the slide shows {after!r}"
+        finally:
+            context.close()
     except Exception:
         print(f"screenshot: {shot}\n{lab.log_tail()}")
         raise
