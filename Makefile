@@ -82,9 +82,12 @@ $(INSTRUCTOR_STAMP): pyproject.toml | $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,instructor]'
 	@touch $(INSTRUCTOR_STAMP)
 
-# Both optional groups in .venv at once (CI installs them before make test, which then runs
-# the nbgrader and slides tests too instead of skipping them).
-instructor-venv: $(INSTRUCTOR_STAMP) $(SITE_STAMP)
+# Both optional groups in .venv in one pip run (CI installs them before make test, which then
+# runs the nbgrader and slides tests too instead of skipping them).
+instructor-venv: $(STAMP)
+	@$(BIN)/python -c 'import sys; assert sys.version_info >= (3, 11), "the site group needs Python 3.11+ (Sphinx 9), found " + sys.version.split()[0]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,instructor,site]'
+	@touch $(INSTRUCTOR_STAMP) $(SITE_STAMP)
 
 # Instructors: nbgrader's release of every notebook, one assignment per notebook, in the
 # course folder build/nbgrader/ (nbgrader_config.py): solutions replaced by stubs, checker
