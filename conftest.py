@@ -6,8 +6,8 @@
   any error, before it moves the widgets. Where that test is selected and Chromium is found,
   it is the notebook's run and the notebook's nbval items are deselected (running every cell
   twice cost make test about a quarter of its time); without Chromium (the browser test then
-  skips) or with ``-m "not browser"``, nbval runs the notebook. The pytest summary counts
-  the replaced cells as deselected.
+  skips) or with ``-m "not browser"``, nbval runs the notebook. (Each xdist worker deselects
+  them; pytest's summary counts them only in a run without workers.)
 - **Scheduling** (pytest-xdist): all the cells of a notebook form one group that one worker
   runs in order, with the notebook's browser test after them. Groups are handed out longest
   budget first; the unit tests fill the gaps. (xdist's own ``loadgroup`` mode marks groups by
