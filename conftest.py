@@ -4,10 +4,9 @@
   widgets also has a browser test (``tests/test_browser_widgets.py``), which opens it in
   JupyterLab in headless Chromium and runs every cell there, as a learner does, failing on
   any error, before it moves the widgets. Where that test is selected and Chromium is found,
-  it is the notebook's run and the notebook's nbval items are deselected (running every cell
-  twice cost make test about a quarter of its time); without Chromium (the browser test then
-  skips) or with ``-m "not browser"``, nbval runs the notebook. (Each xdist worker deselects
-  them; pytest's summary counts them only in a run without workers.)
+  it is the notebook's run and the notebook's nbval items are deselected; without Chromium
+  (the browser test then skips) or with ``-m "not browser"``, nbval runs the notebook. (Each
+  xdist worker deselects them; pytest's summary counts them only in a run without workers.)
 - **Scheduling** (pytest-xdist): all the cells of a notebook form one group that one worker
   runs in order, with the notebook's browser test after them. Groups are handed out longest
   budget first; the unit tests fill the gaps. (xdist's own ``loadgroup`` mode marks groups by
@@ -79,11 +78,6 @@ def pytest_xdist_make_scheduler(config, log):
     return NotebookScheduling(config, log)
 
 
-def _browser_runs(item) -> bool:
-    """Whether this browser widget test will run (Chromium found) rather than skip."""
-    return item.module._missing_browser() is None
-
-
 # After pytest's own selection (-m, -k): only a browser test that is still selected replaces
 # its notebook's nbval run.
 @pytest.hookimpl(trylast=True)
@@ -105,7 +99,8 @@ def pytest_collection_modifyitems(session, config, items):
     for name in sorted(groups, key=lambda n: (-budgets[n], n)):
         cells = [i for i in groups[name] if i.path.suffix == ".ipynb"]
         browser = [i for i in groups[name] if i.path.suffix != ".ipynb"]
-        if browser and all(_browser_runs(i) for i in browser):
+        # the browser test runs (Chromium found) rather than skips
+        if browser and all(i.module._missing_browser() is None for i in browser):
             replaced += cells  # the browser test runs every cell: the notebook's one run
             cells = []
         ordered += cells + browser

@@ -4,10 +4,10 @@ For each notebook in ``WIDGET_NOTEBOOKS`` the test starts JupyterLab from the co
 ``.venv`` on a free loopback port, in a temporary copy of ``notebooks/`` with its own Jupyter
 settings, runtime and workspace folders, opens the notebook in Chromium through Playwright,
 runs all cells from the Run menu and waits for the kernel to go idle. It fails on any
-traceback in the page and on "Error displaying widget". Then, in every heatmap widget (an ``interactive`` that draws an
-image) with a slider or a dropdown, it moves the first such control as a learner would
-(drags the slider, picks another entry) and checks that the control shows its new value and
-that the heatmap's colours changed. Screenshots of each widget before and after go to a
+traceback in the page and on "Error displaying widget". Then, in every heatmap widget (an
+``interactive`` that draws an image) with a slider or a dropdown, it moves the first such
+control as a learner would (drags the slider, picks another entry) and checks that the
+control shows its new value and that the heatmap's colours changed. Screenshots of each widget before and after go to a
 folder the test prints, with one line per notebook saying what moved.
 
 Where Chromium is found, this run is the notebook's only run in ``make test``: conftest.py
