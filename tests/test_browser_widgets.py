@@ -2,7 +2,8 @@
 
 For each notebook in ``WIDGET_NOTEBOOKS`` the test starts JupyterLab from the course's
 ``.venv`` on a free loopback port, in a temporary copy of ``notebooks/`` with its own Jupyter
-settings, runtime and workspace folders, opens the notebook in Chromium through Playwright,
+settings, runtime and workspace folders, opens the notebook in Chromium through Playwright
+(one JupyterLab page per test process, which opens each notebook in turn and closes it after),
 runs all cells from the Run menu and waits for the kernel to go idle. It fails on any
 traceback in the page and on "Error displaying widget". Then, in every heatmap widget (an
 ``interactive`` that draws an image) with a slider or a dropdown, it moves the first such
@@ -158,6 +159,9 @@ class JupyterLab:
             JUPYTERLAB_SETTINGS_DIR=str(settings),
             JUPYTERLAB_WORKSPACES_DIR=str(self.workdir / "workspaces"),
             IPYTHONDIR=str(self.workdir / "ipython"),
+            # Progress bars redraw every 5 s rather than 10 times a second: each redraw is a
+            # message through the server and a repaint in Chromium, beside a training kernel.
+            TQDM_MININTERVAL="5",
         )
         command = [  # the Python running the tests (.venv's, or .venv-3.10's in CI)
             sys.executable,
@@ -171,6 +175,8 @@ class JupyterLab:
             f"--IdentityProvider.token={self.token}",
             "--LabApp.news_url=",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            # window.jupyterapp: one page opens each notebook in turn (LabPage)
+            "--LabApp.expose_app_in_browser=True",
         ]
         if os.getuid() == 0:
             command.append("--allow-root")  # CI machines and containers run as root
@@ -262,6 +268,63 @@ def lab(tmp_path_factory):
 # slides and site tests.
 
 
+class LabPage:
+    """One JupyterLab page per test process, which opens each notebook in turn and closes it
+    afterwards, as a learner moves from notebook to notebook in one tab. Loading JupyterLab
+    costs Chromium several seconds of CPU; this way a process pays it once, not once per
+    notebook. After a failed test the page is thrown away and the next test loads a new one."""
+
+    def __init__(self, browser, lab: JupyterLab):
+        self.browser, self.lab = browser, lab
+        self.context = self.page = None
+
+    def open(self, notebook: str):
+        if self.page is None:
+            self.context = self.browser.new_context(viewport={"width": 1400, "height": 1000})
+            self.page = self.context.new_page()
+            # a workspace of its own, reset: no tab of an earlier run is restored
+            self.page.goto(
+                f"{self.lab.url}/lab/workspaces/course-tests?reset&token={self.lab.token}"
+            )
+            self.page.wait_for_function(
+                "() => window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')",
+                timeout=SERVER_START_S * 1000,
+            )
+            self.page.evaluate("() => window.jupyterapp.restored")
+        self.page.evaluate(
+            "path => window.jupyterapp.commands.execute('docmanager:open', {path})", notebook
+        )
+        return self.page
+
+    def close_notebooks(self) -> None:
+        """Close every open notebook without the unsaved-changes dialog (the test saved what
+        it needed; the widgets it moved afterwards need not be kept)."""
+        self.page.evaluate(
+            """() => {
+              for (const w of [...window.jupyterapp.shell.widgets('main')]) {
+                if (w.context) { w.context.model.dirty = false; }
+                w.dispose();
+              }
+            }"""
+        )
+        self.page.locator(".jp-Notebook").first.wait_for(state="detached", timeout=30_000)
+
+    def discard(self) -> None:
+        if self.context is not None:
+            with contextlib.suppress(Exception):
+                self.context.close()
+        self.context = self.page = None
+
+
+@pytest.fixture(scope="session")
+def lab_page(browser, lab):
+    holder = LabPage(browser, lab)
+    try:
+        yield holder
+    finally:
+        holder.discard()
+
+
 def _say(node, text: str) -> None:
     """A line printed at the end of the run even when the test passes (conftest.py collects
     these notes; print() would be captured, and a pytest-xdist worker's output is not shown)."""
@@ -308,16 +371,19 @@ def _save_executed_copy(page, lab: JupyterLab, notebook: str, n_code: int) -> No
     page.get_by_role("menuitem", name="File", exact=True).click()
     page.locator('[role="menuitem"][data-command="docmanager:save"]').click()
     # The copy on disk had no outputs (autosave is off, LAB_SETTINGS): wait until it has a
-    # result for every code cell.
+    # result for every code cell. (Plain JSON while waiting: nbformat's validation of a
+    # notebook full of figures takes a good part of a second each time.)
     deadline = time.monotonic() + SAVE_S
     while True:
         with contextlib.suppress(ValueError):  # not JSON yet: read it again
-            nb = nbformat.read(lab.root / notebook, as_version=4)
-            ran = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
-            if len(ran) == n_code and all(c.execution_count for c in ran):
+            text = (lab.root / notebook).read_text()
+            cells = json.loads(text)["cells"]
+            ran = [c for c in cells if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+            if len(ran) == n_code and all(c.get("execution_count") for c in ran):
                 break
         assert time.monotonic() < deadline, f"{notebook}: JupyterLab did not save it in {SAVE_S} s"
-        time.sleep(0.2)
+        time.sleep(0.3)
+    nb = nbformat.reads(text, as_version=4)
     out = Path(folder) / notebook
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
@@ -398,7 +464,17 @@ WIDGET_STATE_JS = """
     .filter(e => e.dataset.mimeType === 'application/vnd.jupyter.stderr')
     .map(e => e.innerText)
     .filter(t => t.includes('Traceback') || t.includes('Error'));
-  return {src: img ? img.src : null, kind, value, errors};
+  // the image as its length and an FNV-1a hash, not the whole data URL: the test reads this
+  // every 0.2 s while it waits for a redraw
+  let src = null;
+  if (img) {
+    let h = 0x811c9dc5;
+    for (let i = 0; i < img.src.length; i++) {
+      h = Math.imul(h ^ img.src.charCodeAt(i), 0x01000193) >>> 0;
+    }
+    src = img.src.length + ':' + h.toString(16);
+  }
+  return {src, kind, value, errors};
 }
 """
 
@@ -482,19 +558,16 @@ def _code_cells(path: Path) -> tuple[int, int]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("notebook", WIDGET_NOTEBOOKS)
-def test_widgets_in_browser(notebook, lab, browser, screenshots, request):
+def test_widgets_in_browser(notebook, lab, lab_page, screenshots, request):
     assert (ROOT / "notebooks" / notebook).exists(), f"{notebook} is listed but missing"
     n_code, budget = _code_cells(lab.root / notebook)
     shots = screenshots / Path(notebook).stem
     shots.mkdir()
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
+    page = None
+    passed = False
     try:
         started = time.monotonic()
-        # A workspace of its own, reset: no tab of another notebook is restored beside it.
-        page.goto(
-            f"{lab.url}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?reset&token={lab.token}"
-        )
+        page = lab_page.open(notebook)
         page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=SERVER_START_S * 1000)
         _wait_for_kernel_idle(lab, notebook, timeout=SERVER_START_S)
         # Generous but bounded: four times the notebook's budget, plus start-up.
@@ -552,12 +625,18 @@ def test_widgets_in_browser(notebook, lab, browser, screenshots, request):
             f"{notebook}: ran all cells in {ran:.0f} s; " + "; ".join(moved) + f"; widget "
             f"screenshots (before / after): {shots}",
         )
+        passed = True
     except Exception:
         with contextlib.suppress(Exception):  # the test's own error is the one to report
             page.screenshot(path=shots / "failure.png")
         print(f"screenshot of the failure: {shots / 'failure.png'}\n{lab.log_tail()}")
         raise
     finally:
-        context.close()
+        try:
+            if not passed:
+                raise RuntimeError("a failed test leaves the page as it was")
+            lab_page.close_notebooks()
+        except Exception:
+            lab_page.discard()  # the next notebook gets a new page
         with contextlib.suppress(Exception):  # lab.stop() ends whatever is left
             lab.shutdown_kernel(notebook)
