@@ -11,6 +11,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# How make venv installs the course into $(VENV): pip, as every learner does. .ci/run passes
+# uv's pip interface here for its two extra Pythons (it says why); the rest is the same.
+PIP_INSTALL = $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
 .PHONY: lab lab-solutions test venv lint student instructor-test instructor-venv slides site clean \
 	same-python
@@ -23,7 +26,7 @@ $(STAMP): pyproject.toml | same-python
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; v > (3, 13) and print(f"Note: the course is tested on Python 3.10 to 3.13; trying {v[0]}.{v[1]} anyway.")'
 	@test -x $(BIN)/python || { echo "Creating $(VENV) with $$($(PYTHON) --version) ..."; $(PYTHON) -m venv $(VENV); }
 	@echo "Installing the course into $(VENV) (first time: a few minutes; more where pip takes the CUDA build of torch, 5-6 GB in all) ..."
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	@$(BIN)/python -c 'import torch; print("torch", torch.__version__, "| CUDA available:", torch.cuda.is_available())'
 	@touch $(STAMP)
 
