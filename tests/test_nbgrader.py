@@ -96,7 +96,9 @@ def test_nbgrader_is_for_instructors_only():
     with_nbgrader = {name for name, specs in groups.items() if any("nbgrader" in s for s in specs)}
     assert with_nbgrader == {"instructor"}
     makefile = (ROOT / "Makefile").read_text()
-    installs = re.findall(r"pip install .*-e '\.\[([a-z,]+)\]'", makefile)
+    # make venv installs through $(PIP_INSTALL), which is pip unless the command line says otherwise
+    assert re.search(r"(?m)^PIP_INSTALL = \$\(BIN\)/python -m pip install ", makefile)
+    installs = re.findall(r"(?:pip install|\$\(PIP_INSTALL\)) .*-e '\.\[([a-z,]+)\]'", makefile)
     assert "dev" in installs and "dev,instructor" in installs, installs
     for target in ("student", "instructor-test"):
         assert re.search(rf"(?m)^{target}: \$\(INSTRUCTOR_STAMP\)$", makefile), target
